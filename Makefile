@@ -1,0 +1,81 @@
+# ONNX Lab. The two commands a learner needs:  make lab   and   make test
+# Everything is installed into .venv from requirements.txt (exact pins).
+
+PYTHON ?= python3.11
+VENV   ?= .venv
+PORT   ?= 8888
+NO_BROWSER ?=
+PYTEST_ARGS ?=
+
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+LATEST := .venv-latest
+NODE_DIRS := $(patsubst %/package.json,%,$(wildcard deploy/*/package.json))
+
+.PHONY: lab test test-latest bench doctor nav js-deps web clean help
+
+help:
+	@echo "make lab          create .venv if needed and open JupyterLab on notebooks/ (PORT=$(PORT), NO_BROWSER=1 on a server)"
+	@echo "make test         create .venv if needed, run the unit tests and execute every notebook with nbval"
+	@echo "make bench        headless benchmarks (ratios measured in one run), JSON under artifacts/"
+	@echo "make doctor       check the environment and say what is wrong"
+	@echo "make web          serve the browser demo of notebook 09 on http://127.0.0.1:8000"
+	@echo "make test-latest  the same tests against the newest releases (not pinned; for maintainers)"
+	@echo "make clean        remove artifacts/ and caches (keeps .venv)"
+
+$(STAMP): requirements.txt pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "ERROR: $(PYTHON) not found. Install Python 3.11, or run: make PYTHON=/path/to/python3.11"; exit 1; }
+	@echo ">>> [1/3] creating $(VENV) with $$($(PYTHON) --version)"
+	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	@echo ">>> [2/3] installing the pinned environment (first time: a few minutes)"
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --quiet --progress-bar off -r requirements.txt
+	@echo ">>> [3/3] installing labsupport (editable)"
+	@$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+	@echo ">>> environment ready in $(VENV)"
+
+js-deps:
+	@for d in $(NODE_DIRS); do \
+	  if ! command -v npm >/dev/null 2>&1; then echo ">>> npm not found: skipping $$d (its tests will skip)"; continue; fi; \
+	  if [ -d $$d/node_modules ] && [ $$d/node_modules/.package-lock.json -nt $$d/package-lock.json ]; then continue; fi; \
+	  echo ">>> installing npm packages in $$d"; \
+	  (cd $$d && ONNXRUNTIME_NODE_INSTALL_CUDA=skip npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
+	done
+
+lab: $(STAMP)
+	@mkdir -p artifacts
+	@echo ">>> opening JupyterLab on notebooks/00_start_here.ipynb (port $(PORT)); stop it with Ctrl-C"
+	@$(BIN)/jupyter lab --port=$(PORT) $(if $(NO_BROWSER),--no-browser --ip=127.0.0.1,) \
+	  --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb
+
+test: $(STAMP) js-deps
+	@echo ">>> running unit tests, then every notebook with nbval (strict)"
+	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	@$(BIN)/python -m labsupport.bench all
+
+doctor: $(STAMP)
+	@$(BIN)/python -m labsupport doctor
+
+nav: $(STAMP)
+	@$(BIN)/python tools/navigation.py
+
+web: $(STAMP) js-deps
+	@$(BIN)/python deploy/web/serve.py
+
+test-latest:
+	@echo ">>> building $(LATEST) with the newest releases (no pins)"
+	@test -d $(LATEST) || $(PYTHON) -m venv $(LATEST)
+	@$(LATEST)/bin/python -m pip install --quiet --upgrade pip
+	@sed -E -e 's/[=<>!~]=[^;#]*//' -e 's/^torch *$$/torch==2.13.0/' requirements.txt | grep -vE '^\s*(#|$$)' > $(LATEST)/requirements-latest.txt
+	@$(LATEST)/bin/python -m pip install --quiet --upgrade -r $(LATEST)/requirements-latest.txt
+	@$(LATEST)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@$(LATEST)/bin/python -m pip freeze > $(LATEST)/freeze.txt
+	@echo ">>> versions under test: $(LATEST)/freeze.txt"
+	@$(LATEST)/bin/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf artifacts .pytest_cache
+	find . -name __pycache__ -type d -prune -not -path './.venv*' -exec rm -rf {} +

@@ -1,0 +1,213 @@
+"""Latency and throughput measurement with warm-up and repeats, ratio tables and plots.
+
+Introduced in notebook 05 (and used in 06, 07, 08, 11). Timing numbers vary from run to run, so
+notebook cells that print them carry ``# NBVAL_IGNORE_OUTPUT``; tests check the helpers'
+behaviour, never a speed. ``python -m labsupport.bench SUITE`` runs the course's headless
+benchmarks (``runtime``, ``quantization`` or ``all``) and writes their JSON under ``artifacts/``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+# suite name -> module with ``main(argv) -> int`` (each suite lives next to the notebook that teaches it)
+SUITES = {
+    "runtime": "labsupport.runtime_bench",
+    "quantization": "labsupport.quantization_bench",
+}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Latency statistics of one candidate at one batch size (milliseconds, items per second)."""
+
+    name: str
+    batch_size: int
+    runs: int
+    median_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+    throughput: float
+
+    @classmethod
+    def from_samples(cls, name: str, batch_size: int, seconds: Sequence[float]) -> Timing:
+        """Statistics of raw per-call durations in seconds."""
+        if len(seconds) == 0:
+            raise ValueError(f"{name}: no timing samples")
+        ms = np.asarray(seconds, dtype=np.float64) * 1e3
+        median = float(np.median(ms))
+        return cls(
+            name=name,
+            batch_size=batch_size,
+            runs=len(ms),
+            median_ms=median,
+            p90_ms=float(np.percentile(ms, 90)),
+            p99_ms=float(np.percentile(ms, 99)),
+            mean_ms=float(ms.mean()),
+            throughput=batch_size / (median / 1e3) if median > 0 else float("inf"),
+        )
+
+
+def _check_counts(warmup: int, repeat: int, batch_size: int) -> None:
+    if warmup < 0 or repeat < 1 or batch_size < 1:
+        raise ValueError(f"need warmup >= 0, repeat >= 1, batch_size >= 1; got {warmup}, {repeat}, {batch_size}")
+
+
+def measure(fn: Callable[[], object], *, name: str = "candidate", batch_size: int = 1, warmup: int = 3, repeat: int = 30) -> Timing:
+    """Call ``fn`` ``warmup`` times untimed, then ``repeat`` times timed; return its Timing."""
+    _check_counts(warmup, repeat, batch_size)
+    if not callable(fn):
+        raise TypeError(f"measure() needs a callable taking no arguments, got {type(fn).__name__}")
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return Timing.from_samples(name, batch_size, samples)
+
+
+@dataclass
+class BenchTable:
+    """Timings of several candidates measured in one run, with ratios against a baseline."""
+
+    timings: list[Timing]
+    baseline: str
+
+    def _baseline_for(self, batch_size: int) -> Timing:
+        for timing in self.timings:
+            if timing.name == self.baseline and timing.batch_size == batch_size:
+                return timing
+        raise KeyError(f"no baseline {self.baseline!r} measured at batch size {batch_size}")
+
+    def get(self, name: str, batch_size: int | None = None) -> Timing:
+        """The timing of candidate ``name`` (at ``batch_size`` when several were measured)."""
+        for timing in self.timings:
+            if timing.name == name and batch_size in (None, timing.batch_size):
+                return timing
+        known = sorted({t.name for t in self.timings})
+        raise KeyError(f"no timing for {name!r} at batch size {batch_size}; measured: {known}")
+
+    def ratio(self, name: str, batch_size: int | None = None) -> float:
+        """Median latency of ``name`` divided by the baseline's at the same batch size (<1: faster)."""
+        timing = self.get(name, batch_size)
+        return timing.median_ms / self._baseline_for(timing.batch_size).median_ms
+
+    def rows(self) -> list[dict[str, object]]:
+        """One dict per timing, with ``vs <baseline>`` speed-up (baseline / candidate)."""
+        return [
+            {
+                "candidate": t.name,
+                "batch": t.batch_size,
+                "median ms": round(t.median_ms, 4),
+                "p90 ms": round(t.p90_ms, 4),
+                "p99 ms": round(t.p99_ms, 4),
+                "items/s": round(t.throughput, 1),
+                f"speed-up vs {self.baseline}": round(1 / self.ratio(t.name, t.batch_size), 2),
+            }
+            for t in self.timings
+        ]
+
+    def to_frame(self):
+        """The rows as a pandas DataFrame (how a notebook shows the table)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows())
+
+    def __str__(self) -> str:
+        return self.to_frame().to_string(index=False)
+
+    def to_json(self, path: Path, **extra: object) -> Path:
+        """Write timings, ratios and any ``extra`` fields as JSON; returns the path."""
+        payload = {"baseline": self.baseline, "timings": [asdict(t) for t in self.timings], "rows": self.rows(), **extra}
+        path.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+        return path
+
+
+def compare_candidates(
+    candidates: Mapping[str, Callable[[], object]],
+    *,
+    baseline: str,
+    batch_size: int = 1,
+    warmup: int = 3,
+    repeat: int = 30,
+) -> BenchTable:
+    """Time several zero-argument callables in one run, interleaved round by round so drift hits all alike."""
+    _check_counts(warmup, repeat, batch_size)
+    if baseline not in candidates:
+        raise KeyError(f"baseline {baseline!r} is not among the candidates {list(candidates)}")
+    for fn in candidates.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(repeat):
+        for name, fn in candidates.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    timings = [Timing.from_samples(name, batch_size, values) for name, values in samples.items()]
+    return BenchTable(timings, baseline)
+
+
+def merge(tables: Sequence[BenchTable]) -> BenchTable:
+    """One table from several (e.g. one per batch size) that share a baseline."""
+    if not tables:
+        raise ValueError("merge() needs at least one table")
+    baselines = {table.baseline for table in tables}
+    if len(baselines) != 1:
+        raise ValueError(f"tables have different baselines: {sorted(baselines)}")
+    return BenchTable([t for table in tables for t in table.timings], tables[0].baseline)
+
+
+def plot(table: BenchTable, title: str = "Latency and throughput"):
+    """Median latency (p90 as error bar) and throughput per batch size, one line per candidate."""
+    import matplotlib.pyplot as plt
+
+    figure, (latency_ax, throughput_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in dict.fromkeys(t.name for t in table.timings):
+        points = sorted((t for t in table.timings if t.name == name), key=lambda t: t.batch_size)
+        batches = [t.batch_size for t in points]
+        medians = [t.median_ms for t in points]
+        spread = [t.p90_ms - t.median_ms for t in points]
+        latency_ax.errorbar(batches, medians, yerr=[np.zeros(len(spread)), spread], marker="o", capsize=3, label=name)
+        throughput_ax.plot(batches, [t.throughput for t in points], marker="o", label=name)
+    for ax, label in ((latency_ax, "median latency, ms (bar: p90)"), (throughput_ax, "throughput, items/s")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m labsupport.bench runtime|quantization|all``: run the headless benchmark suites."""
+    args = argv if argv is not None else sys.argv[1:]
+    wanted = args[:1] or ["all"]
+    names = list(SUITES) if wanted == ["all"] else wanted
+    unknown = [name for name in names if name not in SUITES]
+    if unknown:
+        print(f"unknown suite {unknown[0]!r}; choose one of: {', '.join(SUITES)}, all", file=sys.stderr)
+        return 2
+    status = 0
+    for name in names:
+        print(f"=== benchmark suite: {name}")
+        status |= importlib.import_module(SUITES[name]).main(args[1:])
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

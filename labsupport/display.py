@@ -1,0 +1,76 @@
+"""Showing things in a notebook: errors that teach, and tables.
+
+Introduced in notebook 01. ``expect_error`` runs a block that must fail and prints the real
+error text (with this machine's paths replaced), so a notebook can show a traceback's lesson
+without a failing cell; if the block does *not* fail, it raises, so the lesson cannot rot.
+"""
+
+from __future__ import annotations
+
+import re
+import site
+import sys
+import sysconfig
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from labsupport.paths import repo_root
+
+
+def scrub_paths(text: str) -> str:
+    """Replace this machine's absolute paths (repo, site-packages, home, temp) with short placeholders."""
+    replacements = {str(repo_root()): "<repo>", sysconfig.get_paths()["purelib"]: "<site-packages>"}
+    replacements.update({path: "<site-packages>" for path in site.getsitepackages()})
+    replacements[sys.prefix] = "<python>"
+    for path, placeholder in sorted(replacements.items(), key=lambda item: -len(item[0])):
+        text = text.replace(path, placeholder)
+    text = re.sub(r"/tmp/[\w.\-]+", "<tmp>", text)
+    text = re.sub(r"0x[0-9a-fA-F]{6,}", "0x...", text)
+    return text
+
+
+@dataclass
+class CaughtError:
+    """The exception caught by ``expect_error`` (filled in when the block has failed)."""
+
+    error: BaseException | None = None
+
+    @property
+    def message(self) -> str:
+        return scrub_paths(str(self.error)) if self.error is not None else ""
+
+
+@contextmanager
+def expect_error(
+    *types: type[BaseException], max_lines: int = 12, match: str | None = None
+) -> Iterator[CaughtError]:
+    """Run a block that must raise one of ``types`` (default: any Exception) and print its message.
+
+    The message is shortened to ``max_lines`` lines and has machine paths scrubbed. ``match`` is a
+    regular expression the message must contain. Raises AssertionError when nothing is raised.
+    """
+    expected = types or (Exception,)
+    caught = CaughtError()
+    try:
+        yield caught
+    except expected as error:  # noqa: PERF203 - this is the point
+        caught.error = error
+    if caught.error is None:
+        names = " or ".join(t.__name__ for t in expected)
+        raise AssertionError(f"expected the block to raise {names}, but it completed without error")
+    lines = caught.message.strip().splitlines() or [""]
+    shown = lines[:max_lines] + ([f"... ({len(lines) - max_lines} more lines)"] if len(lines) > max_lines else [])
+    print(f"{type(caught.error).__name__}: " + "\n".join(shown))
+    if match is not None and not re.search(match, caught.message):
+        raise AssertionError(f"the error did not mention {match!r}: {caught.message[:300]}")
+
+
+def table(rows: Sequence[dict[str, object]], index: str | None = None):
+    """A pandas DataFrame from a list of row dicts (rendered as a table in a notebook)."""
+    import pandas as pd
+
+    if not rows:
+        raise ValueError("table() needs at least one row")
+    frame = pd.DataFrame(list(rows))
+    return frame.set_index(index) if index else frame
