@@ -46,7 +46,7 @@ js-deps:
 lab: $(STAMP)
 	@mkdir -p artifacts
 	@echo ">>> opening JupyterLab on notebooks/00_start_here.ipynb (port $(PORT)); stop it with Ctrl-C"
-	@$(BIN)/jupyter lab --port=$(PORT) $(if $(NO_BROWSER),--no-browser --ip=127.0.0.1,) \
+	@$(BIN)/jupyter lab --port=$(PORT) $(if $(NO_BROWSER),--no-browser --ip=127.0.0.1,) $(if $(filter 0,$(shell id -u)),--allow-root,) \
 	  --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb
 
 test: $(STAMP) js-deps

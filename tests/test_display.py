@@ -1,0 +1,39 @@
+import pytest
+
+from labsupport import display, paths
+
+
+def test_expect_error_prints_scrubbed_message(capsys):
+    with display.expect_error(ValueError, match="bad shape") as caught:
+        raise ValueError(f"bad shape in {paths.repo_root()}/x.onnx at 0x7ffdeadbeef0")
+    printed = capsys.readouterr().out
+    assert printed.startswith("ValueError: bad shape in <repo>/x.onnx at 0x...")
+    assert isinstance(caught.error, ValueError)
+
+
+def test_expect_error_fails_when_nothing_is_raised():
+    with pytest.raises(AssertionError, match="completed without error"):
+        with display.expect_error(ValueError):
+            pass
+
+
+def test_expect_error_lets_other_errors_through_and_checks_match():
+    with pytest.raises(KeyError):
+        with display.expect_error(ValueError):
+            raise KeyError("other")
+    with pytest.raises(AssertionError, match="did not mention"):
+        with display.expect_error(ValueError, match="needle"):
+            raise ValueError("haystack")
+
+
+def test_long_messages_are_shortened(capsys):
+    with display.expect_error(RuntimeError, max_lines=2):
+        raise RuntimeError("one\ntwo\nthree\nfour")
+    assert capsys.readouterr().out == "RuntimeError: one\ntwo\n... (2 more lines)\n"
+
+
+def test_table():
+    frame = display.table([{"a": 1, "b": 2}, {"a": 3, "b": 4}], index="a")
+    assert list(frame.index) == [1, 3]
+    with pytest.raises(ValueError, match="at least one row"):
+        display.table([])

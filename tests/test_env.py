@@ -1,0 +1,78 @@
+import subprocess
+import sys
+
+import pytest
+
+from labsupport import env, paths
+from labsupport.__main__ import main as labsupport_main
+
+
+def test_pins_follow_requirements_and_markers(tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(
+        "# comment\nonnx==1.0.0  # why\n"
+        'linux-only==2.0; sys_platform == "linux"\nnever==3.0; sys_platform == "plan9"\nloose>=1\n'
+    )
+    pins = env.pinned_versions(requirements)
+    assert pins["onnx"] == "1.0.0" and "never" not in pins and "loose" not in pins
+    assert ("linux-only" in pins) == sys.platform.startswith("linux")
+
+
+def test_check_versions_names_missing_and_wrong_packages():
+    problems = env.check_versions(["numpy", "surely-not-installed-pkg"], {"numpy": "0.0.1", "surely-not-installed-pkg": "1.0"})
+    assert any("numpy" in p and "pins 0.0.1" in p for p in problems)
+    assert any("surely-not-installed-pkg is not installed" in p for p in problems)
+    assert all("make lab" in p for p in problems)
+    assert env.check_versions(["numpy"]) == []
+
+
+def test_require_prints_ok_or_raises(capsys, monkeypatch):
+    env.require("numpy", "onnx")
+    assert capsys.readouterr().out.startswith("Environment OK: numpy ")
+    monkeypatch.setattr(env, "pinned_versions", lambda: {"numpy": "0.0.1"})
+    with pytest.raises(env.EnvironmentMismatch, match="numpy .* pins 0.0.1"):
+        env.require("numpy")
+
+
+def test_report_lists_packages_providers_and_cpus(capsys):
+    result = env.report()
+    printed = capsys.readouterr().out
+    assert result.ok, result.problems
+    assert "CPUExecutionProvider" in result.providers and result.cpu_count >= 1
+    assert set(result.packages) == set(env.pinned_versions())
+    assert "onnxruntime" in printed and "All checks passed." in printed
+
+
+def test_report_flags_an_unwritable_artifacts_folder(monkeypatch):
+    def broken():
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(env, "artifacts_dir", broken)
+    result = env.report(show=False)
+    assert not result.ok and any("artifacts/ folder is not writable" in p for p in result.problems)
+
+
+def test_doctor_exit_codes(monkeypatch, capsys):
+    assert labsupport_main(["doctor"]) == 0
+    monkeypatch.setattr(env, "pinned_versions", lambda: {"numpy": "0.0.1"})
+    assert labsupport_main(["doctor"]) == 1
+    assert "PROBLEM: numpy" in capsys.readouterr().out
+    assert labsupport_main([]) == 2
+
+
+def test_doctor_command_line_runs_from_anywhere(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "labsupport", "doctor"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "All checks passed." in completed.stdout
+
+
+def test_seed_everything_makes_numpy_repeatable():
+    import numpy as np
+
+    env.seed_everything(3)
+    first = np.random.rand(3)
+    env.seed_everything(3)
+    assert (np.random.rand(3) == first).all()
+    assert paths.repo_root().is_dir()
