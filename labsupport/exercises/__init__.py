@@ -10,7 +10,9 @@ prove that every solution passes its own checker.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import pkgutil
 import textwrap
 from collections.abc import Callable, Iterator
@@ -62,6 +64,19 @@ class Outcome:
         return self.status == CORRECT
 
 
+def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The learner's function, raising NotAttempted when what it returns still contains ``____``."""
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        result = function(*args, **kwargs)
+        if _contains_placeholder(result):
+            raise NotAttempted("the function still returns ____")
+        return result
+
+    return call
+
+
 def _contains_placeholder(answer: object, depth: int = 0) -> bool:
     if answer is ____:
         return True
@@ -94,6 +109,8 @@ class Exercise:
         """Check an answer and return the Outcome without printing."""
         if _contains_placeholder(answer):
             return Outcome(NOT_ATTEMPTED, "replace ____ with your answer, then run this cell again")
+        if inspect.isfunction(answer):
+            answer = _guarded(answer)
         try:
             note = self._checker(answer)
         except NotAttempted:
