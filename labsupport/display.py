@@ -19,7 +19,7 @@ from labsupport.paths import repo_root
 
 
 def scrub_paths(text: str) -> str:
-    """Replace this machine's absolute paths (repo, site-packages, home, temp) with short placeholders."""
+    """Replace this machine's absolute paths (repo, site-packages, temp) with placeholders; drop colour codes."""
     replacements = {str(repo_root()): "<repo>", sysconfig.get_paths()["purelib"]: "<site-packages>"}
     replacements.update({path: "<site-packages>" for path in site.getsitepackages()})
     replacements[sys.prefix] = "<python>"
@@ -27,7 +27,7 @@ def scrub_paths(text: str) -> str:
         text = text.replace(path, placeholder)
     text = re.sub(r"/tmp/[\w.\-]+", "<tmp>", text)
     text = re.sub(r"0x[0-9a-fA-F]{6,}", "0x...", text)
-    return text
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)  # terminal colour codes
 
 
 @dataclass
@@ -47,7 +47,8 @@ def expect_error(
 ) -> Iterator[CaughtError]:
     """Run a block that must raise one of ``types`` (default: any Exception) and print its message.
 
-    The message is shortened to ``max_lines`` lines and has machine paths scrubbed. ``match`` is a
+    The message has machine paths scrubbed and is shortened to ``max_lines`` lines: the first ones,
+    or, when ``match`` is given, the ones starting at the first line it matches. ``match`` is a
     regular expression the message must contain. Raises AssertionError when nothing is raised.
     """
     expected = types or (Exception,)
@@ -59,11 +60,19 @@ def expect_error(
     if caught.error is None:
         names = " or ".join(t.__name__ for t in expected)
         raise AssertionError(f"expected the block to raise {names}, but it completed without error")
-    lines = caught.message.strip().splitlines() or [""]
-    shown = lines[:max_lines] + ([f"... ({len(lines) - max_lines} more lines)"] if len(lines) > max_lines else [])
-    print(f"{type(caught.error).__name__}: " + "\n".join(shown))
     if match is not None and not re.search(match, caught.message):
         raise AssertionError(f"the error did not mention {match!r}: {caught.message[:300]}")
+    lines = caught.message.strip().splitlines() or [""]
+    start = 0
+    if match is not None and len(lines) > max_lines:
+        start = next(index for index, line in enumerate(lines) if re.search(match, line) or index == len(lines) - 1)
+        start = min(start, len(lines) - max_lines)
+    shown = lines[start : start + max_lines]
+    if start:
+        shown.insert(0, f"... ({start} lines)")
+    if start + max_lines < len(lines):
+        shown.append(f"... ({len(lines) - start - max_lines} more lines)")
+    print(f"{type(caught.error).__name__}: " + "\n".join(shown))
 
 
 def table(rows: Sequence[dict[str, object]], index: str | None = None):

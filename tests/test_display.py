@@ -32,6 +32,18 @@ def test_long_messages_are_shortened(capsys):
     assert capsys.readouterr().out == "RuntimeError: one\ntwo\n... (2 more lines)\n"
 
 
+def test_long_messages_are_shown_around_the_matching_line(capsys):
+    with display.expect_error(RuntimeError, max_lines=2, match="needle"):
+        raise RuntimeError("one\ntwo\nthe needle\nafter\nlast")
+    assert capsys.readouterr().out == "RuntimeError: ... (2 lines)\nthe needle\nafter\n... (1 more lines)\n"
+
+
+def test_colour_codes_are_removed(capsys):
+    with display.expect_error(ValueError):
+        raise ValueError("\x1b[96mstep 3/3\x1b[0m failed")
+    assert capsys.readouterr().out == "ValueError: step 3/3 failed\n"
+
+
 def test_table():
     frame = display.table([{"a": 1, "b": 2}, {"a": 3, "b": 4}], index="a")
     assert list(frame.index) == [1, 3]
