@@ -1,14 +1,22 @@
 """labsupport: the small helper package that the ONNX Lab notebooks import.
 
-Each public helper says in its docstring which notebook introduces it. Modules:
+Each public helper says in its docstring which notebook introduces it. Modules, by notebook:
 
 - ``paths``: the repo root, ``data/`` and ``artifacts/`` from any working directory (00)
-- ``data``: the course's data sets, offline, checksum-verified (00, 02)
-- ``env``: version and hardware report, ``python -m labsupport doctor`` (00)
-- ``compare``: numerical parity between two sets of outputs (01, 02)
-- ``bench``: latency/throughput measurement and ratio tables (05)
-- ``exercises``: the exercise API (``check`` / ``hint`` / ``solution``) (00)
-- ``display``: showing expected errors and tables in a notebook (01)
+- ``data``: the course's data sets, offline and checksum-verified (00)
+- ``env``: version check (``require``), report, ``python -m labsupport doctor`` (00)
+- ``exercises``: the exercise API (``check`` / ``hint`` / ``solution``), one ``nbNN`` module per notebook (00)
+- ``compare``: numerical parity between two sets of outputs (00, 01)
+- ``display``: errors that teach (``expect_error``) and tables (01)
+- ``graph``: summarize / op_histogram / draw an ONNX graph (01)
+- ``models``: the course's PyTorch digits CNN, its training and export, ``ensure_digits_cnn`` (02)
+- ``keras_models``, ``sklearn_models``: the same task in Keras and scikit-learn (03, 04)
+- ``runtime``, ``profiling``, ``bench``, ``runtime_bench``: sessions, providers, profiles, benchmarks (05)
+- ``quantization``, ``quantization_bench``: INT8/INT4 variants measured on size, accuracy, latency (06)
+- ``optimize``: ORT's graph optimizer levels, made visible (07)
+- ``serve``: start and load-test the inference service of ``deploy/service`` (08)
+- ``edge``: the model in a browser, in Node.js and in the ``.ort`` format (09)
+- ``transformer``: a tiny decoder-only transformer with and without a KV cache (11)
 """
 
 __version__ = "0.1.0"
