@@ -1,0 +1,176 @@
+"""Exercises of notebook 05 (ONNX Runtime and execution providers)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import warnings
+from pathlib import Path
+
+import onnxruntime as ort
+
+from labsupport.exercises import Exercise, Incorrect
+from labsupport.runtime import DISABLE_CPU_FALLBACK
+
+
+def _unavailable_provider() -> str:
+    """A provider this ORT knows but cannot use here (CUDA on a CPU-only machine, typically)."""
+    available = set(ort.get_available_providers())
+    preferred = ["CUDAExecutionProvider", "TensorrtExecutionProvider", "CoreMLExecutionProvider", "DmlExecutionProvider"]
+    for name in preferred + list(ort.get_all_providers()):
+        if name not in available:
+            return name
+    raise RuntimeError("every provider of this onnxruntime build is available; exercise 1 cannot be checked here")
+
+
+def _check_used_provider(used_provider) -> str:
+    with warnings.catch_warnings():  # ORT warns about the unavailable provider: that is the lesson, not news
+        warnings.simplefilter("ignore", UserWarning)
+        return _check_used_provider_quietly(used_provider)
+
+
+def _check_used_provider_quietly(used_provider) -> str:
+    if not callable(used_provider):
+        raise Incorrect(f"expected a function (model_path, providers) -> provider name, got {type(used_provider).__name__}")
+    from labsupport.models import ensure_digits_cnn
+
+    model = ensure_digits_cnn()
+    missing = _unavailable_provider()
+    cases = [[missing, "CPUExecutionProvider"], ["CPUExecutionProvider"]]
+    first_truth = ort.InferenceSession(str(model), providers=cases[0]).get_providers()[0]
+    for providers in cases:
+        truth = ort.InferenceSession(str(model), providers=providers).get_providers()[0]
+        got = used_provider(str(model), list(providers))
+        if not isinstance(got, str):
+            raise Incorrect(f"return the provider's name as a string (like 'CPUExecutionProvider'), got {type(got).__name__}")
+        if got == missing:
+            raise Incorrect(
+                f"for {providers} you returned {got}, the provider that was *requested*; "
+                "it is not available here, so the session runs on another one: ask the session"
+            )
+        if got != truth:
+            raise Incorrect(f"for the priority list {providers} the session really runs on {truth}, you returned {got}")
+    return f"with {missing} first, the session really runs on {first_truth}"
+
+
+def _fake_trace(path: Path, kernels: list[tuple[str, str, int]]) -> Path:
+    events: list[dict] = [
+        {"cat": "Session", "name": "model_loading_uri", "dur": 90_000, "ts": 0, "ph": "X", "args": {}},
+        {"cat": "Session", "name": "session_initialization", "dur": 50_000, "ts": 1, "ph": "X", "args": {}},
+    ]
+    for index, (node, op, dur) in enumerate(kernels):
+        events.append({"cat": "Node", "name": f"{node}_kernel_time", "dur": dur, "ts": 10 + index, "ph": "X",
+                       "args": {"op_name": op, "provider": "CPUExecutionProvider"}})
+        events.append({"cat": "Session", "name": "SequentialExecutor::Execute", "dur": dur + 5, "ts": 10 + index, "ph": "X", "args": {}})
+    path.write_text(json.dumps(events), encoding="utf-8")
+    return path
+
+
+# (node, op type, microseconds): Conv has the largest *total*, MatMul the longest single call,
+# Relu the most calls. The session events are far longer than any kernel.
+_TRACE_A = [("conv_1", "Conv", 60), ("relu_1", "Relu", 9), ("conv_2", "Conv", 55), ("relu_2", "Relu", 8),
+            ("relu_3", "Relu", 7), ("matmul", "MatMul", 80), ("add", "Add", 4)] * 3
+_TRACE_B = [("gemm", "Gemm", 300), ("relu", "Relu", 30), ("relu_b", "Relu", 30), ("relu_c", "Relu", 30), ("softmax", "Softmax", 120)] * 2
+
+
+def _check_slowest(slowest_op) -> str:
+    if not callable(slowest_op):
+        raise Incorrect(f"expected a function profile_path -> operator type, got {type(slowest_op).__name__}")
+    with tempfile.TemporaryDirectory() as folder:
+        for name, kernels, truth in (("a", _TRACE_A, "Conv"), ("b", _TRACE_B, "Gemm")):
+            path = _fake_trace(Path(folder) / f"profile_{name}.json", kernels)
+            got = slowest_op(str(path))
+            if got in ("model_loading_uri", "session_initialization", "SequentialExecutor::Execute"):
+                raise Incorrect(f"{got!r} is a session event, not an operator: keep only events with cat == 'Node'")
+            if isinstance(got, str) and got.endswith("_kernel_time"):
+                raise Incorrect(f"{got!r} is one node's event name; return the operator type (args['op_name'])")
+            if got == "MatMul" and truth == "Conv":
+                raise Incorrect("MatMul has the longest single call, but Conv has the largest total time: sum per op type")
+            if got == "Relu":
+                raise Incorrect("Relu runs most often, but that is a count: sum the durations ('dur') per op type")
+            if got != truth:
+                raise Incorrect(f"in a test profile the operator type with the largest total time is {truth}, you returned {got!r}")
+    return "you summed kernel time per operator type, as labsupport.profiling.Profile.hottest_op() does"
+
+
+def _check_no_fallback(options) -> str:
+    if not isinstance(options, ort.SessionOptions):
+        raise Incorrect(f"expected an onnxruntime.SessionOptions, got {type(options).__name__}")
+    value = options.get_session_config_entry(DISABLE_CPU_FALLBACK) if _has_entry(options) else None
+    if value != "1":
+        raise Incorrect(f"the session config entry {DISABLE_CPU_FALLBACK!r} must be '1' (got {value!r})")
+    if options.intra_op_num_threads != 1:
+        raise Incorrect(f"intra_op_num_threads must be 1, got {options.intra_op_num_threads}")
+    from labsupport.models import ensure_digits_cnn
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            ort.InferenceSession(str(ensure_digits_cnn()), sess_options=options, providers=[_unavailable_provider()])
+    except Exception as error:  # noqa: BLE001 - the failure is the point
+        if "fallback" not in str(error).lower():
+            raise Incorrect(f"the session failed, but not because the CPU fallback is disabled: {error}") from error
+        return "a session with an unavailable provider now fails loudly instead of running on the CPU"
+    raise Incorrect("a session with these options and an unavailable provider still ran: the CPU fallback is not disabled")
+
+
+def _has_entry(options: ort.SessionOptions) -> bool:
+    try:
+        options.get_session_config_entry(DISABLE_CPU_FALLBACK)
+    except Exception:  # noqa: BLE001 - ORT raises when the key was never set
+        return False
+    return True
+
+
+q1 = Exercise(
+    1,
+    "which provider really runs the model?",
+    _check_used_provider,
+    hint="Create ort.InferenceSession(model_path, providers=providers) and ask it: session.get_providers()[0] "
+    "is the provider that gets first pick of the nodes. The list you passed in is only a wish.",
+    solution_code="""
+        import onnxruntime as ort
+
+        def answer(model_path, providers):
+            session = ort.InferenceSession(model_path, providers=providers)
+            return session.get_providers()[0]
+    """,
+)
+
+q2 = Exercise(
+    2,
+    "find the slowest operator in a profile",
+    _check_slowest,
+    hint="json.load the file; keep events with cat == 'Node' whose name ends in '_kernel_time'; add up "
+    "event['dur'] per event['args']['op_name']; return the op type with the largest sum.",
+    solution_code="""
+        import json
+        from collections import Counter
+
+        def answer(profile_path):
+            with open(profile_path) as f:
+                events = json.load(f)
+            totals = Counter()
+            for event in events:
+                if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+                    totals[event["args"]["op_name"]] += event["dur"]
+            return totals.most_common(1)[0][0]
+    """,
+)
+
+q3 = Exercise(
+    3,
+    "session options: one thread, no silent CPU fallback",
+    _check_no_fallback,
+    hint="options = ort.SessionOptions(); set options.intra_op_num_threads and call "
+    "options.add_session_config_entry('session.disable_cpu_ep_fallback', '1').",
+    solution_code="""
+        import onnxruntime as ort
+
+        answer = ort.SessionOptions()
+        answer.intra_op_num_threads = 1
+        answer.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    """,
+)
+
+EXERCISES = [q1, q2, q3]

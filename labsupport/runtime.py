@@ -1,0 +1,246 @@
+"""ONNX Runtime sessions: provider priority lists, what a session really got, session options.
+
+Introduced in notebook 05. ``make_session`` builds an ``InferenceSession`` from a priority list
+and returns a ``ProviderChoice`` that says what was requested, what this machine offers and what
+the session really uses, so a silent fallback to the CPU is visible; ``assert_providers`` turns
+that into a check that fails loudly. ``session_options`` spells the common knobs with names.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+GPU_PROVIDERS = (TENSORRT, CUDA, "ROCMExecutionProvider", "MIGraphXExecutionProvider", "DmlExecutionProvider")
+DISABLE_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
+ALLOW_SPINNING = "session.intra_op.allow_spinning"
+
+# Providers the course talks about: which hardware each targets and which package brings it.
+PROVIDERS: dict[str, tuple[str, str]] = {
+    CPU: ("any CPU (x86-64, ARM64)", "onnxruntime (every build)"),
+    CUDA: ("NVIDIA GPU", "onnxruntime-gpu (plus CUDA and cuDNN libraries)"),
+    TENSORRT: ("NVIDIA GPU, TensorRT-compiled", "onnxruntime-gpu (plus the TensorRT libraries)"),
+    "CoreMLExecutionProvider": ("Apple GPU / Neural Engine", "onnxruntime (macOS and iOS builds)"),
+    "DmlExecutionProvider": ("any DirectX 12 GPU on Windows", "onnxruntime-directml"),
+    "OpenVINOExecutionProvider": ("Intel CPU / iGPU / NPU", "onnxruntime-openvino"),
+    "ROCMExecutionProvider": ("AMD GPU", "onnxruntime-rocm (AMD's builds; newer ones use MIGraphX)"),
+    "NnapiExecutionProvider": ("Android NPU / DSP / GPU", "onnxruntime-android (Maven package)"),
+}
+
+ProviderSpec = str | tuple[str, dict[str, Any]]
+ModelLike = str | os.PathLike[str] | bytes
+
+
+class ProviderMismatch(AssertionError):
+    """A session does not run on the providers it was expected to (typically: a silent CPU fallback)."""
+
+
+def available_providers() -> list[str]:
+    """The providers this onnxruntime build can use here, in ORT's default priority order (notebook 05)."""
+    return list(ort.get_available_providers())
+
+
+def gpu_providers_available() -> list[str]:
+    """The GPU providers among ``available_providers()`` (empty on a CPU-only machine or build)."""
+    return [name for name in available_providers() if name in GPU_PROVIDERS]
+
+
+def provider_table() -> list[dict[str, object]]:
+    """One row per provider of ``PROVIDERS``: hardware, the package that brings it, built in / available here."""
+    built = set(ort.get_all_providers())
+    here = set(available_providers())
+    return [
+        {
+            "provider": name,
+            "hardware": hardware,
+            "package": package,
+            "known to this ORT": name in built,
+            "available here": name in here,
+        }
+        for name, (hardware, package) in PROVIDERS.items()
+    ]
+
+
+def _provider_name(spec: ProviderSpec) -> str:
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], dict):
+        return spec[0]
+    raise TypeError(f"a provider is a name or a (name, options dict) pair, got {spec!r}")
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    """What a session was asked for (``requested``), what ORT offers here and what it really uses."""
+
+    requested: tuple[str, ...]
+    available: tuple[str, ...]
+    used: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def primary(self) -> str:
+        """The provider that gets first pick of the nodes (the session's first provider)."""
+        return self.used[0]
+
+    @property
+    def unavailable(self) -> tuple[str, ...]:
+        """Requested providers that this machine or build does not offer (they were skipped)."""
+        return tuple(name for name in self.requested if name not in self.available)
+
+    @property
+    def fell_back(self) -> bool:
+        """True when the first requested provider is not the one the session runs on."""
+        return bool(self.requested) and self.requested[0] != self.primary
+
+    def __str__(self) -> str:
+        lines = [
+            f"requested : {' > '.join(self.requested)}",
+            f"used      : {', '.join(self.used)}",
+        ]
+        if self.unavailable:
+            lines.append(f"skipped   : {', '.join(self.unavailable)} (not available in this build/machine)")
+        if self.fell_back:
+            lines.append(f"FELL BACK : asked for {self.requested[0]} first, runs on {self.primary}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _model_input(model: ModelLike) -> str | bytes:
+    if isinstance(model, bytes):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise FileNotFoundError(f"no ONNX model at {path} (expected a .onnx file or the model's bytes)")
+        return str(path)
+    if hasattr(model, "SerializeToString"):
+        return model.SerializeToString()
+    raise TypeError(f"expected a path to an .onnx file, model bytes or an onnx.ModelProto, got {type(model).__name__}")
+
+
+def make_session(
+    model: ModelLike,
+    providers: Sequence[ProviderSpec] = (CPU,),
+    *,
+    options: ort.SessionOptions | None = None,
+) -> tuple[ort.InferenceSession, ProviderChoice]:
+    """An InferenceSession over ``providers`` (priority order; ``(name, options)`` pairs allowed) and its ProviderChoice.
+
+    ORT skips unavailable providers with only a UserWarning; the warning text is kept in the
+    ProviderChoice instead of being printed. Introduced in notebook 05.
+    """
+    if isinstance(providers, (str, bytes)) or not providers:
+        raise ValueError(f"providers must be a non-empty list of provider names in priority order, got {providers!r}")
+    names = tuple(_provider_name(spec) for spec in providers)
+    source = _model_input(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session = ort.InferenceSession(source, sess_options=options, providers=list(providers))
+    choice = ProviderChoice(
+        requested=names,
+        available=tuple(available_providers()),
+        used=tuple(session.get_providers()),
+        warnings=tuple(str(w.message) for w in caught),
+    )
+    return session, choice
+
+
+def assert_providers(session: ort.InferenceSession, expected: str | Sequence[str]) -> list[str]:
+    """Check that ``session`` runs on ``expected`` (a name or names, the first one primary); returns its providers.
+
+    Raises ProviderMismatch naming what was expected, what the session got and what is available,
+    which is how a notebook or a service catches ORT's silent fallback to the CPU (notebook 05).
+    """
+    if not isinstance(session, ort.InferenceSession):
+        raise TypeError(f"assert_providers() needs an onnxruntime.InferenceSession, got {type(session).__name__}")
+    wanted = [expected] if isinstance(expected, str) else list(expected)
+    if not wanted or not all(isinstance(name, str) for name in wanted):
+        raise ValueError(f"expected must be a provider name or a non-empty list of names, got {expected!r}")
+    got = list(session.get_providers())
+    missing = [name for name in wanted if name not in got]
+    if missing or got[0] != wanted[0]:
+        raise ProviderMismatch(
+            f"expected the session to run on {', '.join(wanted)} (first: {wanted[0]}), "
+            f"but it uses {', '.join(got)}; available here: {', '.join(available_providers())}"
+        )
+    return got
+
+
+_EXECUTION_MODES = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL, "parallel": ort.ExecutionMode.ORT_PARALLEL}
+_OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def session_options(
+    *,
+    intra_op_threads: int = 0,
+    inter_op_threads: int = 0,
+    execution_mode: str = "sequential",
+    optimization: str = "all",
+    mem_pattern: bool = True,
+    cpu_arena: bool = True,
+    disable_cpu_fallback: bool = False,
+    spinning: bool = True,
+    log_severity: int = 3,
+) -> ort.SessionOptions:
+    """SessionOptions with named knobs (0 threads = ORT's default: one per physical core). Notebook 05.
+
+    ``execution_mode``: "sequential" or "parallel"; ``optimization``: "disable", "basic",
+    "extended" or "all" (notebook 07 looks at what each does); ``spinning=False`` stops idle
+    worker threads from busy-waiting for the next run (fairer when other work shares the cores);
+    ``log_severity`` 3 = errors only.
+    """
+    for label, value in (("intra_op_threads", intra_op_threads), ("inter_op_threads", inter_op_threads)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{label} must be a whole number >= 0 (0 = ORT's default), got {value!r}")
+    if execution_mode not in _EXECUTION_MODES:
+        raise ValueError(f"execution_mode must be one of {sorted(_EXECUTION_MODES)}, got {execution_mode!r}")
+    if optimization not in _OPT_LEVELS:
+        raise ValueError(f"optimization must be one of {list(_OPT_LEVELS)}, got {optimization!r}")
+    if log_severity not in range(5):
+        raise ValueError(f"log_severity must be 0 (verbose) .. 4 (fatal), got {log_severity!r}")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = inter_op_threads
+    options.execution_mode = _EXECUTION_MODES[execution_mode]
+    options.graph_optimization_level = _OPT_LEVELS[optimization]
+    options.enable_mem_pattern = mem_pattern
+    options.enable_cpu_mem_arena = cpu_arena
+    options.log_severity_level = log_severity
+    if disable_cpu_fallback:
+        options.add_session_config_entry(DISABLE_CPU_FALLBACK, "1")
+    if not spinning:
+        options.add_session_config_entry(ALLOW_SPINNING, "0")
+    return options
+
+
+def _shape_text(shape: object) -> str:
+    if not isinstance(shape, (list, tuple)):
+        return str(shape)
+    return "(" + ", ".join(str(dim) if dim is not None else "?" for dim in shape) + ")"
+
+
+def describe_io(session: ort.InferenceSession) -> list[dict[str, object]]:
+    """Rows (kind, name, shape with symbolic dims as names, element type) for a session's inputs and outputs."""
+    if not isinstance(session, ort.InferenceSession):
+        raise TypeError(f"describe_io() needs an onnxruntime.InferenceSession, got {type(session).__name__}")
+    rows: list[dict[str, object]] = []
+    for kind, args in (("input", session.get_inputs()), ("output", session.get_outputs())):
+        for arg in args:
+            rows.append({"kind": kind, "name": arg.name, "shape": _shape_text(arg.shape), "type": arg.type})
+    return rows

@@ -1,0 +1,125 @@
+"""labsupport.runtime_bench: the candidates agree numerically, the sweep and the command line produce their tables."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from labsupport import bench, runtime_bench
+from labsupport.data import load_digits
+
+
+def test_batch_of_digits_uses_real_test_images_and_repeats_past_the_split():
+    test = load_digits().test.images
+    small = runtime_bench.batch_of_digits(3)
+    assert small.shape == (3, 1, 8, 8) and small.dtype == np.float32
+    np.testing.assert_array_equal(small, test[:3])
+    big = runtime_bench.batch_of_digits(len(test) + 5)
+    assert big.shape[0] == len(test) + 5 and big.flags["C_CONTIGUOUS"]
+    np.testing.assert_array_equal(big[len(test):], test[:5])
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="batch_size"):
+            runtime_bench.batch_of_digits(bad)
+
+
+def test_ort_and_pytorch_candidates_compute_the_same_logits():
+    fns = runtime_bench.candidates(4)
+    assert list(fns) == [runtime_bench.ORT, runtime_bench.PYTORCH]
+    (ort_logits,) = fns[runtime_bench.ORT]()
+    torch_logits = fns[runtime_bench.PYTORCH]().numpy()
+    assert ort_logits.shape == (4, 10)
+    np.testing.assert_allclose(ort_logits, torch_logits, atol=1e-4, rtol=1e-3)
+
+
+def test_candidates_reject_unknown_frameworks():
+    with pytest.raises(ValueError, match="frameworks must be chosen"):
+        runtime_bench.candidates(1, ["onnxruntime", "jax"])
+    with pytest.raises(ValueError, match="frameworks must be chosen"):
+        runtime_bench.candidates(1, [])
+
+
+def test_ort_session_thread_setting_and_no_spinning():
+    from labsupport.runtime import ALLOW_SPINNING
+
+    session = runtime_bench.ort_session(threads=1)
+    options = session.get_session_options()
+    assert options.intra_op_num_threads == 1
+    assert options.get_session_config_entry(ALLOW_SPINNING) == "0"
+
+
+def test_sweep_times_every_framework_at_every_batch_size():
+    before = torch.get_num_threads()
+    table = runtime_bench.sweep((1, 8), warmup=0, repeat=2)
+    assert torch.get_num_threads() == before, "the thread budget must be restored"
+    assert table.baseline == runtime_bench.PYTORCH
+    assert sorted((t.name, t.batch_size) for t in table.timings) == [
+        ("onnxruntime", 1), ("onnxruntime", 8), ("pytorch", 1), ("pytorch", 8)
+    ]
+    assert table.ratio(runtime_bench.PYTORCH, 8) == pytest.approx(1.0)
+    assert all(t.runs == 2 and t.median_ms > 0 for t in table.timings)
+    with pytest.raises(ValueError, match="batch_sizes"):
+        runtime_bench.sweep(())
+
+
+def test_thread_budget_sets_and_restores_torch_threads():
+    before = torch.get_num_threads()
+    with runtime_bench.thread_budget(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with runtime_bench.thread_budget(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads"):
+        with runtime_bench.thread_budget(0):
+            pass
+
+
+def test_thread_table_and_summary_ratios():
+    threads = runtime_bench.thread_table((1,), warmup=0, repeat=2)
+    assert threads.baseline == runtime_bench.ORT_DEFAULT_THREADS
+    assert {t.name for t in threads.timings} == {runtime_bench.ORT_ONE_THREAD, runtime_bench.ORT_DEFAULT_THREADS}
+    frameworks = bench.BenchTable(
+        [bench.Timing.from_samples("pytorch", 1, [0.004]), bench.Timing.from_samples("onnxruntime", 1, [0.001])], "pytorch"
+    )
+    ratios = runtime_bench.summary(frameworks, threads)
+    assert ratios["onnxruntime/pytorch latency @ batch 1"] == pytest.approx(0.25)
+    assert ratios["ort 1 thread/default latency @ batch 1"] == pytest.approx(threads.ratio(runtime_bench.ORT_ONE_THREAD, 1))
+
+
+def test_command_line_prints_ratios_and_writes_json(tmp_path, monkeypatch, capsys):
+    import labsupport.paths
+
+    monkeypatch.setattr(labsupport.paths, "artifact", lambda name: tmp_path / name)
+    status = bench.main(["runtime", "--repeat", "2", "--batch", "1", "4", "--output", "bench.json"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "=== benchmark suite: runtime" in out and "1 thread(s) each" in out
+    assert "onnxruntime/pytorch latency @ batch 1" in out and "ort 1 thread/default latency @ batch 4" in out
+    payload = json.loads((tmp_path / "bench.json").read_text())
+    assert payload["baseline"] == "pytorch" and payload["repeat"] == 2 and payload["framework_threads"] == 1
+    assert set(payload["ratios"]) == {
+        "onnxruntime/pytorch latency @ batch 1", "onnxruntime/pytorch latency @ batch 4",
+        "ort 1 thread/default latency @ batch 1", "ort 1 thread/default latency @ batch 4",
+    }
+    assert all(value > 0 for value in payload["ratios"].values())
+    assert len(payload["threads"]) == 4 and len(payload["timings"]) == 4
+
+
+def test_command_line_rejects_bad_arguments():
+    for argv in (["--repeat", "0"], ["--batch", "0"], ["--threads", "-1"], ["--bogus"]):
+        with pytest.raises(SystemExit) as exit_info:
+            runtime_bench.main(argv)
+        assert exit_info.value.code == 2
+
+
+@pytest.mark.slow
+def test_tensorflow_candidate_returns_logits():
+    if not runtime_bench.tensorflow_available():
+        pytest.skip("TensorFlow or labsupport.keras_models is not available")
+    from labsupport import keras_models
+
+    fns = runtime_bench.candidates(3, [runtime_bench.TENSORFLOW])
+    got = np.asarray(fns[runtime_bench.TENSORFLOW]())
+    expected = keras_models.predict_logits(runtime_bench._keras_model(), runtime_bench.batch_of_digits(3))
+    assert got.shape == (3, 10)
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-4)  # same model, NCHW -> NHWC done right
