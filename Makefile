@@ -43,7 +43,7 @@ js-deps:
 	  (cd $$d && ONNXRUNTIME_NODE_INSTALL_CUDA=skip npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
 	done
 
-lab: $(STAMP)
+lab: $(STAMP) js-deps
 	@mkdir -p artifacts
 	@echo ">>> opening JupyterLab on notebooks/00_start_here.ipynb (port $(PORT)); stop it with Ctrl-C"
 	@$(BIN)/jupyter lab --port=$(PORT) $(if $(NO_BROWSER),--no-browser --ip=127.0.0.1,) $(if $(filter 0,$(shell id -u)),--allow-root,) \

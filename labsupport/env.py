@@ -91,11 +91,23 @@ def _providers() -> list[str]:
     return list(onnxruntime.get_available_providers())
 
 
+# A name a notebook asks for -> the distributions that provide it on different platforms.
+ALIASES = {"tensorflow": ("tensorflow-cpu", "tensorflow")}
+
+
+def _distribution(package: str, pins: dict[str, str]) -> str:
+    """The pinned distribution behind ``package`` on this platform (``tensorflow`` -> ``tensorflow-cpu`` on Linux)."""
+    for candidate in ALIASES.get(_normalize(package), ()):
+        if candidate in pins:
+            return candidate
+    return package
+
+
 def check_versions(packages: list[str] | None = None, pins: dict[str, str] | None = None) -> list[str]:
     """Problems with the given (default: all pinned) packages: missing or not the pinned version."""
     pins = pins if pins is not None else pinned_versions()
     problems = []
-    for package in packages or list(pins):
+    for package in (_distribution(name, pins) for name in packages or list(pins)):
         wanted = pins.get(_normalize(package))
         have = installed_version(package)
         if have is None:
@@ -139,7 +151,8 @@ def require(*packages: str) -> None:
     problems = check_versions(list(packages))
     if problems:
         raise EnvironmentMismatch("this notebook needs:\n  - " + "\n  - ".join(problems))
-    versions = ", ".join(f"{name} {installed_version(name).split('+')[0]}" for name in packages)
+    pins = pinned_versions()
+    versions = ", ".join(f"{name} {installed_version(_distribution(name, pins)).split('+')[0]}" for name in packages)
     print(f"Environment OK: {versions}")
 
 

@@ -73,4 +73,14 @@ def relative(path: os.PathLike[str] | str) -> str:
 ARTIFACTS: dict[str, str] = {
     "digits_cnn.onnx": "02: the digits CNN exported with torch.onnx (labsupport.models.ensure_digits_cnn)",
     "digits_cnn.pt": "02: its PyTorch weights (labsupport.models.ensure_digits_cnn)",
+    "digits_keras.onnx": "03: the Keras digits CNN converted with tf2onnx, NCHW input (labsupport.keras_models.ensure_digits_keras)",
+    "digits_sklearn.onnx": "04: scaler + logistic regression via skl2onnx, no ZipMap (labsupport.sklearn_models.ensure_digits_sklearn)",
+    "bench_runtime.json": "05: `make bench` / python -m labsupport.bench runtime",
+    "profiles/": "05: ONNX Runtime profiler traces",
+    "digits_cnn_int8.onnx": "06: the static INT8 (QDQ, per-channel) CNN (labsupport.quantization.ensure_digits_cnn_int8)",
+    "bench_quantization.json": "06: python -m labsupport.bench quantization",
+    "web_demo.png": "09: the browser demo's screenshot (labsupport.edge, tests/test_web.py)",
+    "mobile/": "09: .ort files and their operator configs",
+    "tiny_transformer.pt": "11: the trained tiny transformer (labsupport.transformer)",
 }
+# Notebook-private outputs go to artifacts/nbNN/ (e.g. nb07/ for the optimized models of notebook 07).

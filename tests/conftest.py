@@ -1,4 +1,4 @@
-"""pytest configuration shared by the unit tests and the nbval run over notebooks/."""
+"""Helpers for the tests under tests/ (the nbval settings for notebooks are in the root conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,6 @@ import shutil
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-
-
-def pytest_collectstart(collector):
-    """nbval: leave stderr (progress bars, framework log noise) out of the output comparison."""
-    if collector.fspath and collector.fspath.ext == ".ipynb":
-        collector.skip_compare += ("stderr",)
 
 
 def require_tool(executable: str, why: str) -> str:

@@ -34,6 +34,17 @@ def test_require_prints_ok_or_raises(capsys, monkeypatch):
         env.require("numpy")
 
 
+def test_require_resolves_platform_specific_distributions(capsys, monkeypatch):
+    monkeypatch.setattr(env, "pinned_versions", lambda: {"tensorflow-cpu": "1.0", "numpy": env.installed_version("numpy")})
+    monkeypatch.setattr(env, "installed_version", lambda name: {"tensorflow-cpu": "1.0"}.get(name, "2.0"))
+    assert env.check_versions(["tensorflow"]) == []
+    env.require("tensorflow")
+    assert capsys.readouterr().out == "Environment OK: tensorflow 1.0\n"
+    monkeypatch.setattr(env, "installed_version", lambda name: None)
+    with pytest.raises(env.EnvironmentMismatch, match="tensorflow-cpu is not installed"):
+        env.require("tensorflow")
+
+
 def test_report_lists_packages_providers_and_cpus(capsys):
     result = env.report()
     printed = capsys.readouterr().out
