@@ -1,0 +1,140 @@
+"""Exercises of notebook 03 (converting TensorFlow/Keras models with tf2onnx).
+
+The learner's answer is an ONNX model (a ``ModelProto`` or the path of a .onnx file); the
+checkers run it with ONNX Runtime at several batch sizes and compare it with TensorFlow.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from labsupport.compare import ParityError, compare
+from labsupport.data import load_digits
+from labsupport.exercises import Exercise, Incorrect
+
+BATCH_SIZES = (1, 7, 64)
+EXERCISE_SEED = 3
+
+
+@lru_cache(maxsize=1)
+def exercise_model():
+    """The untrained (seeded, so always the same) Keras digits model that exercises 1 and 2 convert."""
+    from labsupport.keras_models import build_digits_keras
+
+    return build_digits_keras(seed=EXERCISE_SEED)
+
+
+def _session(answer):
+    import onnx
+    import onnxruntime as ort
+
+    if isinstance(answer, (str, Path)):
+        if not Path(answer).is_file():
+            raise Incorrect(f"expected an ONNX model or the path of a .onnx file; {Path(answer).name!r} does not exist")
+        answer = onnx.load(str(answer))
+    if not isinstance(answer, onnx.ModelProto):
+        raise Incorrect(f"expected an ONNX ModelProto (what tf2onnx returns first) or a .onnx path, got {type(answer).__name__}")
+    try:
+        return ort.InferenceSession(answer.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as error:
+        raise Incorrect(f"ONNX Runtime cannot load the model: {str(error).splitlines()[0]}") from None
+
+
+def _run_at_batch_sizes(answer, reference) -> str:
+    """Run the answer at BATCH_SIZES with NHWC or NCHW input and compare with ``reference(images_nchw)``."""
+    session = _session(answer)
+    inputs = session.get_inputs()
+    if len(inputs) != 1:
+        raise Incorrect(f"expected one model input (the image batch), found {len(inputs)}: {[i.name for i in inputs]}")
+    shape = inputs[0].shape
+    if len(shape) != 4:
+        raise Incorrect(f"expected a 4-D image input, found shape {shape}")
+    nchw = list(shape[1:]) == [1, 8, 8]
+    if not nchw and list(shape[1:]) != [8, 8, 1]:
+        raise Incorrect(f"expected input shape (batch, 8, 8, 1) or (batch, 1, 8, 8), found {shape}")
+    if isinstance(shape[0], int):
+        raise Incorrect(f"the batch dimension is fixed to {shape[0]}; give the input signature a None batch")
+    images = load_digits().test.images
+    for batch in BATCH_SIZES:
+        x = images[:batch]
+        feed = x if nchw else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        try:
+            got = session.run(None, {inputs[0].name: feed})[0]
+        except Exception as error:
+            raise Incorrect(f"running at batch size {batch} failed: {str(error).splitlines()[0]}") from None
+        try:
+            compare(reference(x), got, atol=1e-4, rtol=1e-3, name=f"batch {batch}")
+        except ParityError as error:
+            raise Incorrect(f"the outputs differ from TensorFlow's at batch size {batch}: {error}") from None
+    return f"matches TensorFlow at batch sizes {', '.join(map(str, BATCH_SIZES))}"
+
+
+def _keras_logits(x):
+    from labsupport.keras_models import predict_logits
+
+    return predict_logits(exercise_model(), x)
+
+
+def _keras_probabilities(x):
+    import tensorflow as tf
+
+    return tf.nn.softmax(_keras_logits(x)).numpy()
+
+
+def _check_dynamic(answer) -> str:
+    return _run_at_batch_sizes(answer, _keras_logits)
+
+
+def _check_probabilities(answer) -> str:
+    note = _run_at_batch_sizes(answer, _keras_probabilities)
+    return note + "; rows are probabilities that sum to 1"
+
+
+q1 = Exercise(
+    1,
+    "convert a Keras model with a dynamic batch",
+    _check_dynamic,
+    hint=(
+        "tf2onnx.convert.from_keras(model, input_signature=(tf.TensorSpec((None, 8, 8, 1), tf.float32, name='image'),)) "
+        "returns (model_proto, storage). None in the first position makes the batch dynamic."
+    ),
+    solution_code="""
+        import tensorflow as tf
+        import tf2onnx
+        from labsupport.exercises.nb03 import exercise_model
+
+        model = exercise_model()
+        signature = (tf.TensorSpec((None, 8, 8, 1), tf.float32, name="image"),)
+        answer, _ = tf2onnx.convert.from_keras(model, input_signature=signature, opset=18)
+    """,
+)
+
+q2 = Exercise(
+    2,
+    "convert a tf.function that returns probabilities",
+    _check_probabilities,
+    hint=(
+        "Decorate a function with @tf.function(input_signature=[tf.TensorSpec((None, 8, 8, 1), tf.float32)]) "
+        "that returns tf.nn.softmax(model(image, training=False)), then tf2onnx.convert.from_function(fn, "
+        "input_signature=..., opset=18)."
+    ),
+    solution_code="""
+        import tensorflow as tf
+        import tf2onnx
+        from labsupport.exercises.nb03 import exercise_model
+
+        model = exercise_model()
+        signature = [tf.TensorSpec((None, 8, 8, 1), tf.float32, name="image")]
+
+        @tf.function(input_signature=signature)
+        def probabilities(image):
+            return tf.nn.softmax(model(image, training=False))
+
+        answer, _ = tf2onnx.convert.from_function(probabilities, input_signature=signature, opset=18)
+    """,
+)
+
+EXERCISES = [q1, q2]

@@ -1,0 +1,151 @@
+"""Exercises of notebook 04 (converting scikit-learn pipelines with skl2onnx).
+
+The learner's answer is an ONNX model (a ``ModelProto`` or the path of a .onnx file); the
+checkers run it with ONNX Runtime and compare labels and probabilities with scikit-learn.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from labsupport.compare import ParityError, compare
+from labsupport.data import load_digits
+from labsupport.exercises import Exercise, Incorrect
+
+PROBABILITY_ATOL = 1e-5
+TABLE_ROWS = 400
+TRAIN_ROWS = 300
+
+
+@lru_cache(maxsize=1)
+def exercise_pipeline():
+    """The fitted digits pipeline (StandardScaler + LogisticRegression) that exercise 1 converts."""
+    from labsupport.sklearn_models import digits_logreg, fit_on_digits
+
+    return fit_on_digits(digits_logreg())
+
+
+@lru_cache(maxsize=1)
+def exercise_table():
+    """(table, churned, fitted mixed pipeline): the customer table and the pipeline fitted on its first 300 rows (exercise 2)."""
+    from labsupport.sklearn_models import make_mixed_table, mixed_pipeline
+
+    frame, churned = make_mixed_table(TABLE_ROWS)
+    model = mixed_pipeline().fit(frame[:TRAIN_ROWS], churned[:TRAIN_ROWS])
+    return frame, churned, model
+
+
+def _session(answer):
+    import onnx
+    import onnxruntime as ort
+
+    if isinstance(answer, (str, Path)):
+        if not Path(answer).is_file():
+            raise Incorrect(f"expected an ONNX model or the path of a .onnx file; {Path(answer).name!r} does not exist")
+        answer = onnx.load(str(answer))
+    if not isinstance(answer, onnx.ModelProto):
+        raise Incorrect(f"expected an ONNX ModelProto (what to_onnx returns) or a .onnx path, got {type(answer).__name__}")
+    try:
+        return ort.InferenceSession(answer.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as error:
+        raise Incorrect(f"ONNX Runtime cannot load the model: {str(error).splitlines()[0]}") from None
+
+
+def _check_outputs(session, feeds, model, features) -> str:
+    outputs = session.get_outputs()
+    if len(outputs) != 2:
+        raise Incorrect(f"expected two outputs (label, probabilities), found {[o.name for o in outputs]}")
+    if not outputs[1].type.startswith("tensor("):
+        raise Incorrect(
+            f"the probabilities come out as {outputs[1].type} (ZipMap's list of dicts); "
+            "convert with options={'zipmap': False} to get a plain (N, classes) tensor"
+        )
+    try:
+        labels, probabilities = session.run(None, feeds)
+    except Exception as error:
+        raise Incorrect(f"running the model failed: {str(error).splitlines()[0]}") from None
+    expected_labels = model.predict(features)
+    agreement = float(np.mean(np.asarray(labels) == expected_labels))
+    if agreement < 1.0:
+        raise Incorrect(f"the labels agree with scikit-learn on only {agreement:.1%} of rows (expected 100%)")
+    try:
+        compare(model.predict_proba(features), probabilities, atol=PROBABILITY_ATOL, rtol=1e-4, name="probabilities")
+    except ParityError as error:
+        raise Incorrect(f"the probabilities differ from scikit-learn's: {error}") from None
+    return f"labels 100% equal, probabilities within {PROBABILITY_ATOL:g} of scikit-learn's"
+
+
+def _check_plain_tensor(answer) -> str:
+    session = _session(answer)
+    inputs = session.get_inputs()
+    if len(inputs) != 1 or inputs[0].type != "tensor(float)" or list(inputs[0].shape[1:]) != [64]:
+        found = [(i.name, i.type, i.shape) for i in inputs]
+        raise Incorrect(f"expected one float32 input of shape (N, 64), found {found}")
+    test = load_digits().test
+    return _check_outputs(session, {inputs[0].name: test.flat}, exercise_pipeline(), test.flat)
+
+
+def _check_table(answer) -> str:
+    from labsupport.sklearn_models import onnx_inputs
+
+    frame, _, model = exercise_table()
+    session = _session(answer)
+    held_out = frame[TRAIN_ROWS:]
+    feeds = onnx_inputs(held_out)
+    names = sorted(i.name for i in session.get_inputs())
+    if names != sorted(feeds):
+        raise Incorrect(f"expected one input per column {sorted(feeds)}, found {names}")
+    for info in session.get_inputs():
+        wanted = "tensor(float)" if feeds[info.name].dtype == np.float32 else "tensor(string)"
+        if info.type != wanted:
+            raise Incorrect(f"input {info.name!r} should be {wanted} (float32 numbers, strings for text), found {info.type}")
+    return _check_outputs(session, feeds, model, held_out)
+
+
+q1 = Exercise(
+    1,
+    "probabilities as a plain tensor",
+    _check_plain_tensor,
+    hint=(
+        "skl2onnx.to_onnx(pipeline, X_sample_float32, options={'zipmap': False}, target_opset=...) "
+        "makes the second output a (N, 10) float tensor instead of a list of dicts."
+    ),
+    solution_code="""
+        from skl2onnx import to_onnx
+        from labsupport.data import load_digits
+        from labsupport.exercises.nb04 import exercise_pipeline
+
+        pipeline = exercise_pipeline()
+        sample = load_digits().train.flat[:1]  # float32, so the ONNX input is float32 (N, 64)
+        answer = to_onnx(pipeline, sample, options={"zipmap": False}, target_opset={"": 18, "ai.onnx.ml": 3})
+    """,
+)
+
+q2 = Exercise(
+    2,
+    "convert the mixed-type table pipeline",
+    _check_table,
+    hint=(
+        "Give to_onnx initial_types: one (column, FloatTensorType([None, 1])) per numeric column and "
+        "(column, StringTensorType([None, 1])) per text column; labsupport.sklearn_models.initial_types(frame) "
+        "builds that list. Keep options={'zipmap': False}."
+    ),
+    solution_code="""
+        from skl2onnx import to_onnx
+        from labsupport.exercises.nb04 import exercise_table
+        from labsupport.sklearn_models import initial_types
+
+        frame, churned, pipeline = exercise_table()
+        answer = to_onnx(
+            pipeline,
+            initial_types=initial_types(frame),
+            options={"zipmap": False},
+            target_opset={"": 18, "ai.onnx.ml": 3},
+        )
+    """,
+)
+
+EXERCISES = [q1, q2]
