@@ -1,0 +1,170 @@
+"""Exercises of notebook 09 (deploying to the browser, Node.js and phones)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from labsupport.exercises import Exercise, Incorrect
+
+_MOBILE = {"NnapiExecutionProvider", "XnnpackExecutionProvider", "QNNExecutionProvider"}
+_NOT_ON_ANDROID = {
+    "CoreMLExecutionProvider": "CoreML exists only on Apple devices (iOS, macOS)",
+    "CUDAExecutionProvider": "phones have no CUDA GPU",
+    "TensorrtExecutionProvider": "TensorRT needs an NVIDIA GPU, which phones do not have",
+    "DmlExecutionProvider": "DirectML is Windows-only",
+    "JsExecutionProvider": "the JS/WebGPU providers belong to onnxruntime-web in a browser",
+    "WebGpuExecutionProvider": "the WebGPU provider belongs to a browser (onnxruntime-web)",
+}
+
+
+def _check_android_providers(providers) -> str:
+    import onnxruntime as ort
+
+    if isinstance(providers, str) or not isinstance(providers, (list, tuple)):
+        raise Incorrect(f"expected a list of provider names such as ['...ExecutionProvider', ...], got {type(providers).__name__}")
+    names = list(providers)
+    known = set(ort.get_all_providers())
+    for name in names:
+        if name not in known:
+            raise Incorrect(f"{name!r} is not an ONNX Runtime provider name (see onnxruntime.get_all_providers())")
+        if name in _NOT_ON_ANDROID:
+            raise Incorrect(f"{name} cannot run on an Android phone: {_NOT_ON_ANDROID[name]}")
+    if len(set(names)) != len(names):
+        raise Incorrect("each provider should appear once")
+    if not names or names[-1] != "CPUExecutionProvider":
+        raise Incorrect("end the list with CPUExecutionProvider: it runs every operator the others do not take")
+    if not _MOBILE & set(names):
+        raise Incorrect("name at least one accelerated Android provider before the CPU (NNAPI, XNNPACK or QNN)")
+    extra = set(names) - _MOBILE - {"CPUExecutionProvider"}
+    if extra:
+        raise Incorrect(f"{sorted(extra)} are not Android providers")
+    return f"{' -> '.join(names)}: ORT gives each node to the first provider in this order that can run it"
+
+
+def _check_ort_file(path) -> str:
+    import onnxruntime as ort
+
+    from labsupport.edge import is_ort_format, python_reference
+    from labsupport.data import load_digits
+    from labsupport.models import ensure_digits_cnn
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise Incorrect(f"expected the path of the converted model (str or Path), got {type(path).__name__}")
+    path = Path(path)
+    if not path.is_file():
+        raise Incorrect(f"{path.name} does not exist: run the converter and return the path of the .ort file it wrote")
+    if path.suffix != ".ort" or not is_ort_format(path):
+        raise Incorrect(f"{path.name} is not an ORT-format model (expected a .ort file whose header says ORTM)")
+    images = load_digits().test.images[:64]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: images})[0]
+    want = python_reference(ensure_digits_cnn(), images)["logits"]
+    if got.shape != want.shape:
+        raise Incorrect(f"the .ort model gives outputs of shape {got.shape}; the course CNN gives {want.shape}")
+    agreement = float(np.mean(got.argmax(axis=1) == want.argmax(axis=1)))
+    if agreement < 0.95:
+        raise Incorrect(f"this .ort model agrees with the course CNN on only {agreement:.0%} of 64 test images: convert digits_cnn.onnx")
+    return f"{path.name} is an ORT-format model that agrees with the course CNN on {agreement:.0%} of 64 test images"
+
+
+_SAMPLE_CONFIG = """\
+# Generated from model/s:
+# - /somewhere/model_a.ort
+# - /somewhere/model_b.ort
+ai.onnx;12;MaxPool
+ai.onnx;13;Gemm,Softmax
+ai.onnx;19;Reshape
+com.microsoft;1;FusedConv,QLinearAdd
+"""
+_SAMPLE_EXPECTED = {
+    "ai.onnx": {"MaxPool", "Gemm", "Softmax", "Reshape"},
+    "com.microsoft": {"FusedConv", "QLinearAdd"},
+}
+
+
+def _check_config_reader(read) -> str:
+    if not callable(read):
+        raise Incorrect(f"expected a function path -> {{domain: set of operator names}}, got {type(read).__name__}")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "sample.required_operators.config"
+        path.write_text(_SAMPLE_CONFIG, encoding="utf-8")
+        got = read(path)
+    if not isinstance(got, dict):
+        raise Incorrect(f"the function must return a dict {{domain: set of operator names}}, got {type(got).__name__}")
+    got = {str(domain): value for domain, value in got.items()}
+    if any(domain.startswith("#") for domain in got):
+        raise Incorrect("lines starting with # are comments: skip them")
+    for domain, ops in got.items():
+        if isinstance(ops, str) or not isinstance(ops, (set, frozenset, list, tuple)):
+            raise Incorrect(f"the value for {domain!r} must be a set of operator names, got {type(ops).__name__}")
+    found = {domain: set(ops) for domain, ops in got.items()}
+    if set(found) != set(_SAMPLE_EXPECTED):
+        raise Incorrect(f"expected the domains {sorted(_SAMPLE_EXPECTED)}, got {sorted(found)}")
+    for domain, ops in _SAMPLE_EXPECTED.items():
+        if found[domain] != ops:
+            missing, extra = sorted(ops - found[domain]), sorted(found[domain] - ops)
+            raise Incorrect(
+                f"domain {domain!r}: missing {missing}, unexpected {extra} "
+                "(one domain may appear on several lines, one per opset, and a line lists several comma-separated ops)"
+            )
+    return "the reader merges every opset line of a domain and skips the comments"
+
+
+q1 = Exercise(
+    1,
+    "providers for an Android app",
+    _check_android_providers,
+    hint=(
+        "A list of names from onnxruntime.get_all_providers(), most preferred first. Which of the phone "
+        "providers in the table exist on Android (not CoreML: that is Apple's)? What must come last?"
+    ),
+    solution_code="""
+        answer = ["NnapiExecutionProvider", "XnnpackExecutionProvider", "CPUExecutionProvider"]
+    """,
+)
+
+q2 = Exercise(
+    2,
+    "convert to the .ort format",
+    _check_ort_file,
+    hint=(
+        "labsupport.edge.convert_to_ort(ensure_digits_cnn(), artifact('exercise09'), 'Fixed') runs "
+        "`python -m onnxruntime.tools.convert_onnx_models_to_ort`; its .ort_path is the answer."
+    ),
+    solution_code="""
+        from labsupport.edge import convert_to_ort
+        from labsupport.models import ensure_digits_cnn
+        from labsupport.paths import artifact
+
+        answer = convert_to_ort(ensure_digits_cnn(), artifact("exercise09"), optimization_style="Fixed").ort_path
+    """,
+)
+
+q3 = Exercise(
+    3,
+    "read the operator configuration",
+    _check_config_reader,
+    hint=(
+        "Each line that is not a comment reads domain;opset;Op1,Op2,... A domain can appear on several "
+        "lines (one per opset). Collect into a dict of sets with setdefault(domain, set()).update(...)."
+    ),
+    solution_code="""
+        from pathlib import Path
+
+        def answer(path):
+            operators = {}
+            for line in Path(path).read_text().splitlines():
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                domain, _opset, ops = line.split(";")
+                operators.setdefault(domain, set()).update(op.strip() for op in ops.split(","))
+            return operators
+    """,
+)
+
+EXERCISES = [q1, q2, q3]
