@@ -82,6 +82,9 @@ ARTIFACTS: dict[str, str] = {
     "bench_quantization.json": "06: python -m labsupport.bench quantization",
     "web_demo.png": "09: the browser demo's screenshot (labsupport.edge, tests/test_web.py)",
     "mobile/": "09: .ort files and their operator configs",
-    "tiny_transformer.pt": "11: the trained tiny transformer (labsupport.transformer)",
+    "tiny_transformer.pt": "11: weights of the tiny decoder (labsupport.transformer.ensure_tiny_transformer)",
+    "tiny_transformer.onnx": "11: the decoder exported without a KV cache",
+    "tiny_transformer_kv.onnx": "11: the decoder exported with a KV cache (past_*/present_*)",
+    "tiny_transformer_kv_int4.onnx": "11: the KV-cache export with INT4 MatMulNBits weights",
 }
 # Notebook-private outputs go to artifacts/nbNN/ (e.g. nb07/ for the optimized models of notebook 07).

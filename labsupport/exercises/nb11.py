@@ -1,0 +1,143 @@
+"""Exercises of notebook 11 (transformers and LLMs): KV-cache size, INT4 weight size, the causal mask with a cache."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from labsupport.exercises import Exercise, Incorrect
+
+# exercise 1: a grouped-query-attention model (the shape of an 8B-class LLM)
+Q1_LAYERS, Q1_QUERY_HEADS, Q1_KV_HEADS, Q1_HEAD_DIM = 32, 32, 8, 128
+Q1_BATCH, Q1_TOKENS, Q1_BYTES = 4, 4096, 2
+
+# exercise 2: a 7-billion-parameter model in INT4 with one FP16 scale per block of 32 weights
+Q2_PARAMETERS, Q2_BLOCK, Q2_SCALE_BYTES = 7e9, 32, 2
+
+
+def _number(answer: object) -> float:
+    if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)):
+        raise Incorrect(f"expected a number of bytes, got {type(answer).__name__}")
+    value = float(answer)
+    if not math.isfinite(value) or value <= 0:
+        raise Incorrect(f"expected a positive number of bytes, got {answer}")
+    return value
+
+
+def _close(value: float, target: float) -> bool:
+    return abs(value - target) <= 0.01 * target
+
+
+def _check_kv_cache(answer: object) -> str:
+    value = _number(answer)
+    per_token = Q1_LAYERS * Q1_KV_HEADS * Q1_HEAD_DIM * Q1_BYTES
+    truth = 2 * per_token * Q1_BATCH * Q1_TOKENS
+    if _close(value, truth):
+        return f"{truth:,.0f} bytes = {truth / 2**30:.0f} GiB of cache for {Q1_BATCH} x {Q1_TOKENS} tokens"
+    if _close(value, truth / 2):
+        raise Incorrect("that is half the answer: the cache stores a key AND a value per layer and head")
+    if _close(value, truth * Q1_QUERY_HEADS / Q1_KV_HEADS):
+        raise Incorrect(f"that uses the {Q1_QUERY_HEADS} query heads; with grouped-query attention only the {Q1_KV_HEADS} key/value heads are cached")
+    if _close(value, truth * 2):
+        raise Incorrect("that is twice the answer: FP16 values take 2 bytes, not 4")
+    if _close(value, truth / Q1_BATCH):
+        raise Incorrect(f"that is one sequence; the batch holds {Q1_BATCH}")
+    if _close(value, truth / 2**30) or _close(value, truth / 1e9):
+        raise Incorrect("answer in bytes, not gigabytes")
+    raise Incorrect(f"{value:,.0f} bytes is not the KV-cache size of this configuration")
+
+
+def _check_int4_size(answer: object) -> str:
+    value = _number(answer)
+    packed = Q2_PARAMETERS * 0.5
+    truth = packed + Q2_PARAMETERS / Q2_BLOCK * Q2_SCALE_BYTES
+    if _close(value, truth):
+        return f"{truth / 1e9:.4f} GB: {truth * 8 / Q2_PARAMETERS:.1f} bits per weight once the block scales are counted"
+    if _close(value, packed):
+        raise Incorrect("that counts only the 4-bit values; every block of 32 weights also stores a 2-byte FP16 scale")
+    if _close(value, Q2_PARAMETERS * 2):
+        raise Incorrect("that is the FP16 size; the question asks for INT4 with block scales")
+    if _close(value, packed + Q2_PARAMETERS / Q2_BLOCK * 4):
+        raise Incorrect("the scales are FP16 (2 bytes each), not FP32")
+    if _close(value, truth / 1e9) or _close(value, truth / 2**30):
+        raise Incorrect("answer in bytes, not gigabytes")
+    raise Incorrect(f"{value:,.0f} bytes is not the INT4 size with block scales")
+
+
+def _reference_mask(past: int, new: int) -> np.ndarray:
+    return np.arange(past + new)[None, :] <= (np.arange(new)[:, None] + past)
+
+
+def _check_mask(answer: object) -> str:
+    if not callable(answer):
+        raise Incorrect(f"expected a function (past_length, new_length) -> boolean array, got {type(answer).__name__}")
+    for past, new in [(0, 4), (3, 1), (5, 2), (0, 1), (2, 3)]:
+        got = np.asarray(answer(past, new))
+        want = _reference_mask(past, new)
+        if got.shape != want.shape:
+            raise Incorrect(
+                f"mask({past}, {new}) must have shape (new_length, past_length + new_length) = {want.shape}, got {got.shape}"
+            )
+        if got.dtype != bool:
+            raise Incorrect(f"mask({past}, {new}) must be boolean (True = may attend), got dtype {got.dtype}")
+        if not np.array_equal(got, want):
+            raise Incorrect(
+                f"mask({past}, {new}) is wrong: new token i sits at position past_length + i and may see keys "
+                f"0..past_length + i; expected {want.astype(int).tolist()}, got {got.astype(int).tolist()}"
+            )
+    return "new tokens see the whole cache and the earlier new tokens, never the future"
+
+
+q1 = Exercise(
+    1,
+    "size a KV cache",
+    _check_kv_cache,
+    hint=(
+        "Per token the cache holds a key and a value for every layer and every key/value head: "
+        "2 x layers x kv_heads x head_dim x bytes. Multiply by tokens and batch. "
+        "labsupport.transformer.kv_cache_bytes_per_token does the per-token part."
+    ),
+    solution_code="""
+        from labsupport.exercises.nb11 import Q1_BATCH, Q1_BYTES, Q1_HEAD_DIM, Q1_KV_HEADS, Q1_LAYERS, Q1_TOKENS
+        from labsupport.transformer import LLMArchitecture, kv_cache_bytes_per_token
+
+        arch = LLMArchitecture("gqa-8b", n_layers=Q1_LAYERS, n_kv_heads=Q1_KV_HEADS, head_dim=Q1_HEAD_DIM)
+        answer = kv_cache_bytes_per_token(arch, bytes_per_value=Q1_BYTES) * Q1_TOKENS * Q1_BATCH
+    """,
+)
+
+q2 = Exercise(
+    2,
+    "INT4 weights with block scales",
+    _check_int4_size,
+    hint=(
+        "4 bits = 0.5 byte per weight, plus one 2-byte scale per block of 32 weights. "
+        "labsupport.transformer.weight_bytes(parameters, 'int4', block_size=...) adds the scales."
+    ),
+    solution_code="""
+        from labsupport.transformer import weight_bytes
+
+        answer = weight_bytes(7e9, "int4", block_size=32, scale_bytes=2)
+    """,
+)
+
+q3 = Exercise(
+    3,
+    "the causal mask with a cache",
+    _check_mask,
+    hint=(
+        "Query i is at absolute position past_length + i; key j is at position j. "
+        "Allowed when j <= past_length + i. Build both position vectors with np.arange and compare them with broadcasting."
+    ),
+    solution_code="""
+        import numpy as np
+
+        def answer(past_length, new_length):
+            query_positions = np.arange(new_length)[:, None] + past_length
+            key_positions = np.arange(past_length + new_length)[None, :]
+            return key_positions <= query_positions
+    """,
+)
+
+EXERCISES = [q1, q2, q3]
