@@ -1,0 +1,189 @@
+"""Exercises of notebook 02 (from PyTorch): export with a dynamic batch; make a branching model exportable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from labsupport.compare import ParityError, compare
+from labsupport.data import load_digits
+from labsupport.exercises import Exercise, Incorrect
+
+CHECK_BATCH_SIZES = (1, 7, 64)
+BRIGHT_THRESHOLD = 0.3
+
+
+def exercise_mlp() -> nn.Module:
+    """The model to export in exercise 1: a seeded MLP on (N, 1, 8, 8) digits (untrained; weights fixed by the seed)."""
+    torch.manual_seed(2)
+    model = nn.Sequential(
+        nn.Flatten(), nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 10)
+    )
+    with torch.no_grad():  # non-trivial running statistics, so an export in training mode would show
+        model[2].running_mean.uniform_(-0.5, 0.5)
+        model[2].running_var.uniform_(0.5, 2.0)
+    return model.eval()
+
+
+class ScaleIfBright(nn.Module):
+    """Exercise 2's model: halve the whole batch when its mean pixel is above 0.3, else leave it unchanged.
+
+    The Python ``if`` on a tensor value is data-dependent control flow: ``torch.onnx.export`` fails on it.
+    """
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        if image.mean() > BRIGHT_THRESHOLD:
+            return image * 0.5
+        return image
+
+
+def _session(path: Path):
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as error:  # noqa: BLE001 - any load failure is the learner's to fix
+        raise Incorrect(f"ONNX Runtime cannot load {path.name}: {error}") from None
+
+
+def _check_dynamic_export(answer) -> str:
+    if not isinstance(answer, (str, os.PathLike)):
+        raise Incorrect(f"expected the path of your .onnx file (a str or Path), got {type(answer).__name__}")
+    path = Path(answer)
+    if not path.is_file():
+        raise Incorrect(f"there is no file at {path.name!r}; export the model there first")
+    session = _session(path)
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    if len(inputs) != 1 or len(outputs) != 1:
+        raise Incorrect(f"expected one input and one output, got {len(inputs)} inputs and {len(outputs)} outputs")
+    if inputs[0].name != "image" or outputs[0].name != "logits":
+        raise Incorrect(f'name the input "image" and the output "logits"; got {inputs[0].name!r} and {outputs[0].name!r}')
+    images = load_digits().test.images
+    model = exercise_mlp()
+    for batch in CHECK_BATCH_SIZES:
+        feed = images[:batch]
+        try:
+            got = session.run(None, {"image": feed})[0]
+        except Exception as error:  # noqa: BLE001
+            first_line = str(error).strip().splitlines()[0][:200]
+            raise Incorrect(f"running it with a batch of {batch} failed (is the batch dimension dynamic?): {first_line}") from None
+        with torch.no_grad():
+            want = model(torch.from_numpy(feed)).numpy()
+        try:
+            compare(want, got, atol=1e-4, name=f"batch {batch}")
+        except ParityError:
+            raise Incorrect(
+                f"at batch {batch} its logits differ from exercise_mlp() in eval mode; "
+                "export exactly that model (eval mode) with its trained weights"
+            ) from None
+    return f"runs at batch sizes {', '.join(map(str, CHECK_BATCH_SIZES))} and matches PyTorch"
+
+
+def _exercise2_inputs() -> list[np.ndarray]:
+    images = load_digits().test.images
+    dark = images[:16] * 0.5  # mean well below the threshold
+    bright = np.clip(images[:16] * 3.0, 0.0, 1.0)  # mean above it
+    return [dark, bright, images[16:21]]
+
+
+def _check_exportable(answer) -> str:
+    if not isinstance(answer, nn.Module):
+        raise Incorrect(f"expected a torch.nn.Module instance, got {type(answer).__name__}")
+    import onnxruntime as ort
+
+    from labsupport.models import quiet_export
+
+    answer.eval()
+    example = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    try:
+        with quiet_export():
+            program = torch.onnx.export(
+                answer,
+                (example,),
+                dynamo=True,
+                input_names=["image"],
+                dynamic_shapes=({0: torch.export.Dim("batch")},),  # by position: any argument name works
+                verbose=False,
+            )
+    except Exception as error:  # noqa: BLE001
+        summary = next((line for line in str(error).splitlines() if "Exception summary" not in line and "<class" in line), "")
+        raise Incorrect(f"torch.onnx.export still fails ({type(error).__name__}) {summary.strip()[:240]}") from None
+    session = ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    reference = ScaleIfBright()
+    for feed in _exercise2_inputs():
+        want = reference(torch.from_numpy(feed)).numpy()
+        got = session.run(None, {session.get_inputs()[0].name: feed})[0]
+        side = "above" if feed.mean() > BRIGHT_THRESHOLD else "below"
+        try:
+            compare(want, got, atol=1e-6, name="branch")
+        except ParityError:
+            raise Incorrect(
+                f"for a batch whose mean is {side} {BRIGHT_THRESHOLD} the exported model does not match ScaleIfBright; "
+                "both branches must survive the export"
+            ) from None
+    return "exports with torch.onnx.export and both branches match ScaleIfBright"
+
+
+q1 = Exercise(
+    1,
+    "export with a dynamic batch",
+    _check_dynamic_export,
+    hint=(
+        "Call torch.onnx.export(model, (example,), path, dynamo=True, input_names=['image'], "
+        "output_names=['logits'], dynamic_shapes=...) on exercise_mlp() (already in eval mode), then answer "
+        "with the path. The keys of a dynamic_shapes dict are the names of forward()'s arguments; "
+        "nn.Sequential's is 'input', so write {'input': {0: torch.export.Dim('batch')}}, or give a tuple "
+        "by position: ({0: torch.export.Dim('batch')},)."
+    ),
+    solution_code="""
+        import torch
+        from labsupport.exercises.nb02 import exercise_mlp
+        from labsupport.models import quiet_export
+        from labsupport.paths import artifact
+
+        model = exercise_mlp().eval()
+        example = torch.rand(2, 1, 8, 8)
+        path = artifact("exercises/nb02_mlp.onnx")
+        with quiet_export():
+            torch.onnx.export(
+                model,
+                (example,),
+                path,
+                dynamo=True,
+                external_data=False,  # one self-contained .onnx file
+                input_names=["image"],
+                output_names=["logits"],
+                dynamic_shapes={"input": {0: torch.export.Dim("batch")}},  # nn.Sequential.forward(input)
+                verbose=False,
+            )
+        answer = path
+    """,
+)
+
+q2 = Exercise(
+    2,
+    "make a branching model exportable",
+    _check_exportable,
+    hint=(
+        "Replace the Python `if` by an operation that keeps both branches in the graph: "
+        "torch.where(condition, if_true, if_false) computes both and picks one, "
+        "torch.cond(condition, true_fn, false_fn, (image,)) becomes an ONNX If node."
+    ),
+    solution_code="""
+        import torch
+        from torch import nn
+
+        class ScaleIfBrightExportable(nn.Module):
+            def forward(self, image):
+                # both branches stay in the graph; Where picks one at run time
+                return torch.where(image.mean() > 0.3, image * 0.5, image)
+
+        answer = ScaleIfBrightExportable()
+    """,
+)
+
+EXERCISES = [q1, q2]
