@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 LATEST := .venv-latest
 NODE_DIRS := $(patsubst %/package.json,%,$(wildcard deploy/*/package.json))
 
-.PHONY: lab test test-latest bench doctor nav js-deps web clean help
+.PHONY: lab test test-latest bench doctor nav js-deps web serve clean help
 
 help:
 	@echo "make lab          create .venv if needed and open JupyterLab on notebooks/ (PORT=$(PORT), NO_BROWSER=1 on a server)"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench        headless benchmarks (ratios measured in one run), JSON under artifacts/"
 	@echo "make doctor       check the environment and say what is wrong"
 	@echo "make web          serve the browser demo of notebook 09 on http://127.0.0.1:8000"
+	@echo "make serve        run the inference service of notebook 08 on http://127.0.0.1:8080"
 	@echo "make test-latest  the same tests against the newest releases (not pinned; for maintainers)"
 	@echo "make clean        remove artifacts/ and caches (keeps .venv)"
 
@@ -64,6 +65,10 @@ nav: $(STAMP)
 
 web: $(STAMP) js-deps
 	@$(BIN)/python deploy/web/serve.py
+
+serve: $(STAMP)
+	@$(BIN)/python -c "from labsupport.models import ensure_digits_cnn; ensure_digits_cnn()"
+	@$(BIN)/python -m deploy.service
 
 test-latest:
 	@echo ">>> building $(LATEST) with the newest releases (no pins)"

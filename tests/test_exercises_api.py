@@ -32,6 +32,27 @@ def test_placeholder_inside_code_or_containers_means_not_attempted():
         np.asarray(____) + 1
 
 
+def test_async_answers_stay_coroutine_functions():
+    import asyncio
+    import inspect
+
+    def check(function):
+        if not inspect.iscoroutinefunction(function):
+            raise Incorrect("expected an async function")
+        return f"returned {asyncio.run(function())}"
+
+    exercise = Exercise(1, "async", check, hint="", solution_code="answer = 0")
+
+    async def right():
+        return 2
+
+    async def unfinished():
+        return ____
+
+    assert exercise.evaluate(right).message == "returned 2"
+    assert exercise.evaluate(unfinished).status == NOT_ATTEMPTED
+
+
 def test_crashing_answer_is_incorrect_not_an_error():
     needs_callable = Exercise(1, "f", lambda f: f(2), hint="", solution_code="answer = 0")
     outcome = needs_callable.evaluate(3)

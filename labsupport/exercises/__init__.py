@@ -67,12 +67,22 @@ class Outcome:
 def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
     """The learner's function, raising NotAttempted when what it returns still contains ``____``."""
 
-    @functools.wraps(function)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        result = function(*args, **kwargs)
+    def checked(result: Any) -> Any:
         if _contains_placeholder(result):
             raise NotAttempted("the function still returns ____")
         return result
+
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def call_async(*args: Any, **kwargs: Any) -> Any:
+            return checked(await function(*args, **kwargs))
+
+        return call_async
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return checked(function(*args, **kwargs))
 
     return call
 
