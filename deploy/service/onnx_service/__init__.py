@@ -1,0 +1,9 @@
+"""A FastAPI + ONNX Runtime inference service for any single-input ONNX classifier (ONNX Lab, notebook 08).
+
+Modules: ``config`` (settings from environment variables), ``model`` (load + verify + run the
+model), ``validation`` (request checks derived from the model's input signature), ``metrics``
+(Prometheus text format), ``app`` (the FastAPI application), ``triton`` (a Triton Inference
+Server model repository for the same model). Start it with ``python -m onnx_service``.
+"""
+
+__version__ = "1.0.0"

@@ -1,0 +1,81 @@
+"""Start the service: ``python -m onnx_service`` (container) or ``python -m deploy.service`` (repo root).
+
+Settings come from ``ONNX_SERVICE_*`` environment variables (see config.py / README.md); the
+command-line flags override them. The model is verified before the server starts: a missing,
+corrupted or wrong-checksum model prints the reason and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+from .config import HANDLERS, ConfigError, Settings
+from .model import ModelError, load_model
+
+EXIT_BAD_CONFIG = 2
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    sys.exit(0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="onnx_service", description="Serve an ONNX classifier over HTTP (ONNX Lab, notebook 08).")
+    parser.add_argument("--model", help="path of the .onnx file (ONNX_SERVICE_MODEL)")
+    parser.add_argument("--model-sha256", help="expected sha256 of the model file (ONNX_SERVICE_MODEL_SHA256)")
+    parser.add_argument("--host", help="address to bind (ONNX_SERVICE_HOST, default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (ONNX_SERVICE_PORT, default 8080)")
+    parser.add_argument("--workers", type=int, help="uvicorn worker processes (ONNX_SERVICE_WORKERS, default 1)")
+    parser.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads per worker (ONNX_SERVICE_THREADS, default 1)")
+    parser.add_argument("--max-batch", type=int, help="most examples per request (ONNX_SERVICE_MAX_BATCH, default 64)")
+    parser.add_argument("--max-body-bytes", type=int, help="largest request body (ONNX_SERVICE_MAX_BODY_BYTES, default 1048576)")
+    parser.add_argument("--handler", choices=HANDLERS, help="threadpool (default) or naive (blocks the event loop; for the notebook)")
+    parser.add_argument("--log-level", help="uvicorn log level (ONNX_SERVICE_LOG_LEVEL, default info)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse settings, verify the model, run uvicorn until SIGINT/SIGTERM; returns the exit status."""
+    args = _parser().parse_args(argv)
+    overrides = {key: value for key, value in vars(args).items() if value is not None}
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
+    try:
+        settings = Settings.from_env(**overrides)
+        model = load_model(settings.model, settings.model_sha256, settings.threads, settings.model_name)
+    except (ConfigError, ModelError) as error:
+        print(f"onnx_service: cannot start: {error}", file=sys.stderr, flush=True)
+        return EXIT_BAD_CONFIG
+    logging.getLogger("onnx_service").info(
+        "model %s ready: opset %d, input %s %s %s, sha256 %s; handler=%s, workers=%d, threads=%d, max_batch=%d",
+        model.name, model.opset, model.input.name, model.input.type, list(model.input.shape), model.sha256[:12],
+        settings.handler, settings.workers, settings.threads, settings.max_batch,
+    )
+    import uvicorn
+
+    common = dict(
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=settings.access_log,
+        timeout_graceful_shutdown=5,
+        server_header=False,
+        http=f"{__package__}.protocol:NoDelayHTTPProtocol",
+    )
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal; exit with status 0 for it
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    if settings.workers == 1:
+        from .app import create_app
+
+        uvicorn.run(create_app(settings, model), lifespan="off", **common)
+    else:
+        os.environ.update(settings.to_env())  # the worker processes rebuild the settings from these
+        uvicorn.run(f"{__package__}.app:app_from_env", factory=True, workers=settings.workers, lifespan="off", **common)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Service settings: environment variables with documented defaults, overridable on the command line."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+
+PREFIX = "ONNX_SERVICE_"
+HANDLERS = ("threadpool", "naive")
+
+
+class ConfigError(ValueError):
+    """A setting has a value the service cannot use; the message names the variable and what it expects."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the service reads at start-up (one environment variable per field, ``ONNX_SERVICE_<FIELD>``)."""
+
+    model: str = "artifacts/digits_cnn.onnx"  # path of the .onnx file (relative to the working directory)
+    model_sha256: str = ""  # expected sha256 of the model file; empty = not checked
+    model_name: str = ""  # name shown in /ready and /predict; empty = the file name without .onnx
+    host: str = "127.0.0.1"  # loopback only by default; the container sets 0.0.0.0
+    port: int = 8080
+    workers: int = 1  # uvicorn worker processes (each loads its own copy of the model)
+    threads: int = 1  # ONNX Runtime intra-op threads per session
+    max_batch: int = 64  # most examples accepted in one request
+    max_body_bytes: int = 1_048_576  # largest request body accepted (1 MiB)
+    handler: str = "threadpool"  # "threadpool" (inference off the event loop) or "naive" (blocks it; for the notebook)
+    log_level: str = "info"
+    access_log: bool = False  # one log line per request (off: it costs throughput)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Settings from ``ONNX_SERVICE_*`` variables, then ``overrides`` (None values are ignored), validated."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for field in fields(cls):
+            raw = environ.get(PREFIX + field.name.upper())
+            if raw is not None and raw.strip() != "":
+                values[field.name] = _convert(field.name, raw.strip(), field.type)
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the variable and the expected value when a setting is out of range."""
+
+        def bad(name: str, expected: str) -> ConfigError:
+            return ConfigError(f"{PREFIX}{name.upper()}={getattr(self, name)!r}: expected {expected}")
+
+        if not self.model:
+            raise bad("model", "the path of an .onnx file")
+        if self.model_sha256 and not re.fullmatch(r"[0-9a-fA-F]{64}", self.model_sha256):
+            raise bad("model_sha256", "64 hexadecimal digits (the output of sha256sum)")
+        if not 0 <= self.port <= 65535:
+            raise bad("port", "a port number 0-65535")
+        for name, low, high in (("workers", 1, 64), ("threads", 1, 256), ("max_batch", 1, 1_000_000)):
+            if not low <= getattr(self, name) <= high:
+                raise bad(name, f"a whole number from {low} to {high}")
+        if self.max_body_bytes < 1024:
+            raise bad("max_body_bytes", "at least 1024 bytes")
+        if self.handler not in HANDLERS:
+            raise bad("handler", " or ".join(HANDLERS))
+        if self.log_level.lower() not in {"critical", "error", "warning", "info", "debug", "trace"}:
+            raise bad("log_level", "critical, error, warning, info, debug or trace")
+
+    def to_env(self) -> dict[str, str]:
+        """The ``ONNX_SERVICE_*`` variables that reproduce these settings (how worker processes get them)."""
+        return {PREFIX + key.upper(): (str(int(value)) if isinstance(value, bool) else str(value)) for key, value in asdict(self).items()}
+
+
+def _convert(name: str, raw: str, kind: object) -> object:
+    kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    if kind == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}{name.upper()}={raw!r}: expected a whole number") from None
+    if kind == "bool":
+        if raw.lower() in {"1", "true", "yes", "on"}:
+            return True
+        if raw.lower() in {"0", "false", "no", "off"}:
+            return False
+        raise ConfigError(f"{PREFIX}{name.upper()}={raw!r}: expected 1/0, true/false, yes/no or on/off")
+    return raw

@@ -1,0 +1,186 @@
+"""Load an ONNX classifier once, verify it (exists, sha256, parses, one input), describe and run it."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# ONNX Runtime type strings -> NumPy dtypes the service accepts as model inputs
+_NUMPY_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int16)": np.int16,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+}
+
+
+class ModelError(RuntimeError):
+    """The model cannot be served: missing, corrupted, wrong checksum or not a single-input classifier."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input or output: name, ONNX Runtime type string and shape (int, or a name/None for a free dim)."""
+
+    name: str
+    type: str
+    shape: tuple[int | str | None, ...]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "shape": [d if isinstance(d, int) else (d or "?") for d in self.shape]}
+
+
+@dataclass(frozen=True)
+class InputContract:
+    """What /predict accepts, derived from the model's input: dtype, one example's shape, batch limits."""
+
+    name: str
+    dtype: np.dtype
+    example_shape: tuple[int | None, ...]  # None = any size (a symbolic dimension)
+    max_batch: int
+
+    def shape_text(self, batch: bool = False) -> str:
+        dims = ["n"] if batch else []
+        dims += ["any" if d is None else str(d) for d in self.example_shape]
+        return "[" + ", ".join(dims) + "]"
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _softmax(scores: np.ndarray) -> np.ndarray:
+    shifted = scores - scores.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=1, keepdims=True)
+
+
+@dataclass
+class LoadedModel:
+    """A verified model with its ONNX Runtime session; ``run`` and ``postprocess`` serve /predict."""
+
+    path: Path
+    name: str
+    sha256: str
+    opset: int
+    producer: str
+    input: TensorSpec
+    outputs: list[TensorSpec]
+    session: Any
+    score_output: str | None
+    label_output: str | None
+    fixed_batch: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def contract(self, max_batch: int) -> InputContract:
+        """The request contract for this model; a fixed batch dimension in the model caps ``max_batch``."""
+        dims = tuple(d if isinstance(d, int) and d > 0 else None for d in self.input.shape[1:])
+        limit = min(max_batch, self.fixed_batch) if self.fixed_batch else max_batch
+        return InputContract(self.input.name, np.dtype(_NUMPY_TYPES[self.input.type]), dims, limit)
+
+    def describe(self) -> dict[str, Any]:
+        """Name, opset, sha256 and signature (what GET /ready shows)."""
+        return {
+            "name": self.name,
+            "file": self.path.name,
+            "sha256": self.sha256,
+            "opset": self.opset,
+            "producer": self.producer,
+            "inputs": [self.input.describe()],
+            "outputs": [spec.describe() for spec in self.outputs],
+        }
+
+    def run(self, batch: np.ndarray) -> list[Any]:
+        """``session.run`` on one validated batch (thread-safe: ORT sessions may be run concurrently)."""
+        wanted = [name for name in (self.label_output, self.score_output) if name]
+        return self.session.run(wanted, {self.input.name: batch})
+
+    def postprocess(self, outputs: list[Any]) -> dict[str, Any]:
+        """Predicted classes and class probabilities from the raw outputs (softmax when the scores are logits)."""
+        values = dict(zip([n for n in (self.label_output, self.score_output) if n], outputs))
+        result: dict[str, Any] = {}
+        scores = values.get(self.score_output) if self.score_output else None
+        if scores is not None:
+            scores = np.asarray(scores, dtype=np.float64)
+            is_distribution = bool(np.all(scores >= 0) and np.allclose(scores.sum(axis=1), 1.0, atol=1e-3))
+            probabilities = scores if is_distribution else _softmax(scores)
+        if self.label_output:
+            result["predictions"] = np.asarray(values[self.label_output]).tolist()
+        else:
+            result["predictions"] = probabilities.argmax(axis=1).tolist()
+        if scores is not None:
+            result["probabilities"] = probabilities.tolist()
+        return result
+
+
+def load_model(path: str | Path, expected_sha256: str = "", threads: int = 1, name: str = "") -> LoadedModel:
+    """Verify and load an ONNX classifier; raise ModelError with a message that says what is wrong and how to fix it."""
+    import onnx
+    import onnxruntime as ort
+
+    path = Path(path)
+    if not path.exists():
+        raise ModelError(f"model file not found: {path} (set ONNX_SERVICE_MODEL to the path of an .onnx file)")
+    if not path.is_file():
+        raise ModelError(f"model path is not a file: {path}")
+    actual = sha256_file(path)
+    if expected_sha256 and actual != expected_sha256.lower():
+        raise ModelError(
+            f"model sha256 mismatch for {path.name}: expected {expected_sha256.lower()}, the file has {actual} "
+            "(the file is corrupted or not the model this service was configured for)"
+        )
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as error:  # protobuf's DecodeError and friends
+        raise ModelError(f"{path.name} is not a valid ONNX model: {type(error).__name__}: {error}") from None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as error:
+        raise ModelError(f"ONNX Runtime cannot load {path.name}: {error}") from None
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    if len(inputs) != 1:
+        names = ", ".join(arg.name for arg in inputs)
+        raise ModelError(f"the service serves models with exactly one input; {path.name} has {len(inputs)}: {names}")
+    spec = TensorSpec(inputs[0].name, inputs[0].type, tuple(inputs[0].shape))
+    if spec.type not in _NUMPY_TYPES:
+        raise ModelError(f"input {spec.name!r} has type {spec.type}; supported: {', '.join(_NUMPY_TYPES)}")
+    if len(spec.shape) < 1:
+        raise ModelError(f"input {spec.name!r} is a scalar; a classifier needs a batch dimension")
+    out_specs = [TensorSpec(o.name, o.type, tuple(o.shape or ())) for o in outputs]
+    score = next((o.name for o in out_specs if o.type in {"tensor(float)", "tensor(double)", "tensor(float16)"} and len(o.shape) == 2), None)
+    label = next((o.name for o in out_specs if o.type in {"tensor(int64)", "tensor(int32)", "tensor(string)"} and len(o.shape) == 1), None)
+    if score is None and label is None:
+        described = ", ".join(f"{o.name} {o.type} {list(o.shape)}" for o in out_specs)
+        raise ModelError(f"{path.name} is not a classifier: expected a [n, classes] float output or a [n] label output, got {described}")
+    fixed = spec.shape[0] if isinstance(spec.shape[0], int) and spec.shape[0] > 0 else None
+    opset = next((op.version for op in proto.opset_import if op.domain in ("", "ai.onnx")), 0)
+    return LoadedModel(
+        path=path,
+        name=name or path.stem,
+        sha256=actual,
+        opset=int(opset),
+        producer=f"{proto.producer_name} {proto.producer_version}".strip(),
+        input=spec,
+        outputs=out_specs,
+        session=session,
+        score_output=score,
+        label_output=label,
+        fixed_batch=fixed,
+    )

@@ -1,0 +1,172 @@
+"""A model repository for NVIDIA Triton Inference Server's ONNX Runtime backend, generated from the model itself.
+
+Layout written: ``<repository>/<name>/config.pbtxt`` and ``<repository>/<name>/1/model.onnx``.
+Run: ``python -m onnx_service.triton MODEL.onnx REPOSITORY [--name NAME] [--max-batch 64] [--instances 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+# ONNX Runtime type strings -> Triton data types
+TRITON_TYPES = {
+    "tensor(float)": "TYPE_FP32",
+    "tensor(double)": "TYPE_FP64",
+    "tensor(float16)": "TYPE_FP16",
+    "tensor(int64)": "TYPE_INT64",
+    "tensor(int32)": "TYPE_INT32",
+    "tensor(int16)": "TYPE_INT16",
+    "tensor(int8)": "TYPE_INT8",
+    "tensor(uint8)": "TYPE_UINT8",
+    "tensor(bool)": "TYPE_BOOL",
+    "tensor(string)": "TYPE_STRING",
+}
+
+
+class TritonError(ValueError):
+    """The model cannot be described for Triton as asked (unsupported type, fixed batch with batching on...)."""
+
+
+def _dims(shape: tuple, batched: bool, what: str) -> list[int]:
+    if batched:
+        if not shape or isinstance(shape[0], int) and shape[0] > 0:
+            raise TritonError(f"{what}: max_batch_size > 0 needs a dynamic first (batch) dimension, the model has {list(shape)}")
+        shape = shape[1:]
+    return [d if isinstance(d, int) and d > 0 else -1 for d in shape]
+
+
+def _tensor_block(kind: str, specs: list[Any], batched: bool) -> str:
+    items = []
+    for spec in specs:
+        if spec.type not in TRITON_TYPES:
+            raise TritonError(f"{kind} {spec.name!r} has type {spec.type}, which has no Triton data type here")
+        dims = ", ".join(str(d) for d in _dims(tuple(spec.shape), batched, f"{kind} {spec.name!r}"))
+        items.append(f'  {{\n    name: "{spec.name}"\n    data_type: {TRITON_TYPES[spec.type]}\n    dims: [ {dims} ]\n  }}')
+    return f"{kind} [\n" + ",\n".join(items) + "\n]"
+
+
+def config_text(name: str, inputs: list[Any], outputs: list[Any], max_batch: int = 64, instances: int = 1, queue_delay_us: int = 100) -> str:
+    """The config.pbtxt text (protobuf text format of Triton's ModelConfig) for a model's inputs and outputs."""
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+        raise TritonError(f"model name {name!r}: use letters, digits, '_', '-' or '.' (it is also a folder name)")
+    if max_batch < 0 or instances < 1:
+        raise TritonError(f"max_batch must be >= 0 and instances >= 1, got {max_batch} and {instances}")
+    batched = max_batch > 0
+    parts = [
+        f'name: "{name}"',
+        'backend: "onnxruntime"',
+        f"max_batch_size: {max_batch}",
+        _tensor_block("input", inputs, batched),
+        _tensor_block("output", outputs, batched),
+        f"instance_group [\n  {{\n    count: {instances}\n    kind: KIND_CPU\n  }}\n]",
+    ]
+    if batched:
+        parts.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {queue_delay_us}\n}}")
+    parts.append('version_policy: { latest: { num_versions: 1 } }')
+    return "\n".join(parts) + "\n"
+
+
+def write_repository(model_path: str | Path, repository: str | Path, name: str | None = None, max_batch: int = 64, instances: int = 1) -> Path:
+    """Write ``repository/<name>/config.pbtxt`` and ``repository/<name>/1/model.onnx``; returns the config path."""
+    import onnxruntime as ort
+
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise FileNotFoundError(f"model file not found: {model_path}")
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    name = name or model_path.stem
+    text = config_text(name, session.get_inputs(), session.get_outputs(), max_batch, instances)
+    folder = Path(repository) / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(model_path, folder / "1" / "model.onnx")
+    config = folder / "config.pbtxt"
+    config.write_text(text, encoding="utf-8")
+    return config
+
+
+_TOKEN = re.compile(r'\s*(?:(#[^\n]*)|([{}\[\]:,])|("(?:[^"\\]|\\.)*")|([A-Za-z0-9_.+\-]+))')
+
+
+def parse_pbtxt(text: str) -> dict[str, Any]:
+    """A small parser for the protobuf text format used by config.pbtxt: messages become dicts, repeated fields lists.
+
+    Enough to check the structure of a generated config (it is not a full protobuf implementation).
+    """
+    tokens: list[str] = []
+    position = 0
+    text = text.rstrip()
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if not match or match.end() == position:
+            raise ValueError(f"config.pbtxt: cannot parse at character {position}: {text[position:position + 20]!r}")
+        position = match.end()
+        token = next((group for group in match.groups()[1:] if group is not None), None)
+        if token is not None:
+            tokens.append(token)
+
+    def scalar(token: str) -> Any:
+        if token.startswith('"'):
+            return bytes(token[1:-1], "utf-8").decode("unicode_escape")
+        if re.fullmatch(r"[+-]?\d+", token):
+            return int(token)
+        if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", token):
+            return float(token)
+        return token  # an enum value such as TYPE_FP32 or KIND_CPU
+
+    def value(i: int) -> tuple[Any, int]:
+        token = tokens[i]
+        if token == "{":
+            return message(i + 1, "}")
+        if token == "[":
+            items, i = [], i + 1
+            while tokens[i] != "]":
+                item, i = value(i)
+                items.append(item)
+                if tokens[i] == ",":
+                    i += 1
+            return items, i + 1
+        return scalar(token), i + 1
+
+    def message(i: int, end: str | None) -> tuple[dict[str, Any], int]:
+        fields: dict[str, Any] = {}
+        while i < len(tokens) and tokens[i] != end:
+            key = tokens[i]
+            i += 1
+            if tokens[i] == ":":
+                i += 1
+            item, i = value(i)
+            if key in fields:
+                existing = fields[key]
+                fields[key] = (existing if isinstance(existing, list) else [existing]) + (item if isinstance(item, list) else [item])
+            else:
+                fields[key] = item
+            if i < len(tokens) and tokens[i] in ",;":
+                i += 1
+        if end is not None and i >= len(tokens):
+            raise ValueError(f"config.pbtxt: missing {end!r}")
+        return fields, i + 1
+
+    result, _ = message(0, None)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="onnx_service.triton", description="Write a Triton model repository for an ONNX model.")
+    parser.add_argument("model")
+    parser.add_argument("repository")
+    parser.add_argument("--name")
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--instances", type=int, default=1)
+    args = parser.parse_args(argv)
+    config = write_repository(args.model, args.repository, args.name, args.max_batch, args.instances)
+    print(config.read_text(encoding="utf-8"), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Request validation derived from the model's input signature: every bad request gets a 4xx that says what was expected."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from .model import InputContract
+
+FIELD = "inputs"
+
+
+class RequestError(Exception):
+    """A request the service refuses: HTTP ``status``, a short machine-readable ``code`` and a message for humans."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.code, "detail": self.message}
+
+
+def _reject_constant(token: str) -> float:
+    raise RequestError(422, "not_finite", f"the body contains {token}; inputs must be finite numbers (JSON has no NaN or Infinity)")
+
+
+def check_content_type(content_type: str | None) -> None:
+    """415 unless the body is declared as JSON (a missing Content-Type is accepted)."""
+    if content_type is None:
+        return
+    media = content_type.split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise RequestError(415, "unsupported_media_type", f"expected Content-Type: application/json, got {media or 'nothing'!r}")
+
+
+def parse_json(body: bytes) -> Any:
+    """The JSON document in ``body``; 400 when it is empty or not JSON, 422 for NaN/Infinity tokens."""
+    if not body.strip():
+        raise RequestError(400, "invalid_json", f'the body is empty; expected a JSON object like {{"{FIELD}": [...]}}')
+    try:
+        return json.loads(body, parse_constant=_reject_constant)
+    except RequestError:
+        raise
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RequestError(400, "invalid_json", f"the body is not valid JSON ({error}); expected a JSON object like {{\"{FIELD}\": [...]}}") from None
+    except RecursionError:
+        raise RequestError(400, "invalid_json", "the body nests JSON too deeply") from None
+
+
+def _index_text(index: tuple[int, ...]) -> str:
+    return FIELD + "".join(f"[{i}]" for i in index)
+
+
+def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
+    """Validate a parsed body against ``contract``; returns (batch array of the model's dtype, whether one example was sent)."""
+    example_text, batch_text = contract.shape_text(), contract.shape_text(batch=True)
+    if not isinstance(payload, dict):
+        raise RequestError(422, "wrong_type", f'expected a JSON object like {{"{FIELD}": [...]}}, got a JSON {type(payload).__name__}')
+    if FIELD not in payload:
+        fields = ", ".join(repr(key) for key in list(payload)[:5]) or "none"
+        raise RequestError(422, "missing_field", f"missing field {FIELD!r}: send one example of shape {example_text} or a batch of shape {batch_text} (fields sent: {fields})")
+    data = payload[FIELD]
+    if isinstance(data, list) and len(data) == 0:
+        raise RequestError(422, "empty_batch", f"{FIELD!r} is an empty list; send at least one example of shape {example_text}")
+    try:
+        array = np.asarray(data)
+    except (ValueError, TypeError):
+        raise RequestError(422, "wrong_shape", f"{FIELD!r} has rows of different lengths; expected shape {example_text} or {batch_text}") from None
+    integer_model = np.issubdtype(contract.dtype, np.integer)
+    kind = array.dtype.kind
+    if kind in "US":
+        raise RequestError(422, "wrong_type", f"{FIELD!r} contains text; expected {'integers' if integer_model else 'numbers'} ({contract.dtype.name})")
+    if kind == "b":
+        raise RequestError(422, "wrong_type", f"{FIELD!r} contains true/false; expected {'integers' if integer_model else 'numbers'} ({contract.dtype.name})")
+    if kind == "O" or kind not in "iuf":
+        what = "an object" if isinstance(data, dict) else "null or a mix of types"
+        raise RequestError(422, "wrong_type", f"{FIELD!r} contains {what}; expected nested lists of numbers ({contract.dtype.name})")
+    if integer_model and kind == "f" and array.size:
+        raise RequestError(422, "wrong_type", f"{FIELD!r} contains fractional numbers; this model takes integers ({contract.dtype.name})")
+    rank = len(contract.example_shape)
+    if array.ndim == rank:
+        single, array = True, array[np.newaxis]
+    elif array.ndim == rank + 1:
+        single = False
+    else:
+        raise RequestError(422, "wrong_shape", f"{FIELD!r} has shape {list(array.shape)}; expected one example of shape {example_text} or a batch of shape {batch_text}")
+    if array.shape[0] == 0:
+        raise RequestError(422, "empty_batch", f"{FIELD!r} holds no examples; send at least one example of shape {example_text}")
+    if array.shape[0] > contract.max_batch:
+        raise RequestError(422, "batch_too_large", f"a batch of {array.shape[0]} examples exceeds the maximum of {contract.max_batch}; split it into smaller requests")
+    for axis, (got, want) in enumerate(zip(array.shape[1:], contract.example_shape)):
+        if got == 0 or (want is not None and got != want):
+            raise RequestError(422, "wrong_shape", f"each example has shape {list(array.shape[1:])}; expected {example_text} (dimension {axis} should be {want if want is not None else 'at least 1'})")
+    if not integer_model:
+        with np.errstate(over="ignore", invalid="ignore"):
+            converted = array.astype(contract.dtype)
+        finite = np.isfinite(converted)
+        if not finite.all():
+            index = tuple(int(i) for i in np.argwhere(~finite)[0])
+            index = index[1:] if single else index
+            raise RequestError(422, "not_finite", f"{_index_text(index)} is not a finite {contract.dtype.name} number; inputs must be finite")
+        return converted, single
+    info = np.iinfo(contract.dtype)
+    if array.min() < info.min or array.max() > info.max:
+        raise RequestError(422, "out_of_range", f"{FIELD!r} has values outside {contract.dtype.name}'s range {info.min}..{info.max}")
+    return array.astype(contract.dtype), single

@@ -1,0 +1,78 @@
+"""Exercises of notebook 08: reference solutions pass, typical wrong answers fail, ____ is not attempted."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from labsupport.data import load_digits
+from labsupport.exercises import ____
+from labsupport.exercises.nb08 import EXERCISES, q1, q2, q3
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda q: f"q{q.number}")
+def test_reference_solution_passes_and_placeholder_is_not_attempted(exercise):
+    assert exercise.evaluate(exercise.reference_answer()).status == "correct"
+    assert exercise.evaluate(____).status == "not attempted"
+
+
+def test_q1_rejects_typical_wrong_bodies():
+    images = load_digits().test.images
+    cases = {
+        "flattened": ({"inputs": images[:5].reshape(5, 64).tolist()}, "would answer 422.*shape \\[5, 64\\]"),
+        "numpy inside": ({"inputs": images[:5]}, "JSON-serializable"),
+        "one image": ({"inputs": images[0].tolist()}, "batch of 5.*one example"),
+        "wrong field": ({"images": images[:5].tolist()}, "missing field 'inputs'"),
+        "train images": ({"inputs": load_digits().train.images[:5].tolist()}, "does not hold the first 5 test images"),
+    }
+    for name, (body, reason) in cases.items():
+        outcome = q1.evaluate(body)
+        assert outcome.status == "incorrect", name
+        assert __import__("re").search(reason, outcome.message), (name, outcome.message)
+
+
+def test_q2_rejects_blocking_and_wrong_answers():
+    async def blocking(session, feeds):
+        return session.run(None, feeds)
+
+    def not_async(session, feeds):
+        return session.run(None, feeds)
+
+    async def drops_result(session, feeds):
+        import asyncio
+
+        await asyncio.to_thread(session.run, None, feeds)
+        return None
+
+    outcome = q2.evaluate(blocking)
+    assert outcome.status == "incorrect" and "event loop was blocked" in outcome.message
+    assert q2.evaluate(not_async).status == "incorrect"
+    assert "must return what session.run" in q2.evaluate(drops_result).message
+
+
+def test_q3_rejects_typical_wrong_rates():
+    from labsupport.serve import parse_metrics
+
+    def only_500(text):
+        samples = parse_metrics(text)
+        total = sum(v for (n, l), v in samples.items() if n == "onnx_service_requests_total" and dict(l)["path"] == "/predict")
+        bad = sum(v for (n, l), v in samples.items() if n == "onnx_service_requests_total" and dict(l)["path"] == "/predict" and dict(l)["status"] == "500")
+        return bad / total if total else 0.0
+
+    def every_path(text):
+        samples = parse_metrics(text)
+        total = sum(v for (n, l), v in samples.items() if n == "onnx_service_requests_total")
+        bad = sum(v for (n, l), v in samples.items() if n == "onnx_service_requests_total" and int(dict(l)["status"]) >= 400)
+        return bad / total if total else 0.0
+
+    def divides_by_zero(text):
+        samples = parse_metrics(text)
+        total = sum(v for (n, l), v in samples.items() if n == "onnx_service_requests_total" and dict(l)["path"] == "/predict")
+        bad = sum(v for (n, l), v in samples.items() if n == "onnx_service_requests_total" and dict(l)["path"] == "/predict" and int(dict(l)["status"]) >= 400)
+        return bad / total
+
+    for wrong in (only_500, every_path, divides_by_zero, 0.1):
+        assert q3.evaluate(wrong).status == "incorrect", wrong
+    assert "path=\"/predict\"" in q3.evaluate(every_path).message
