@@ -7,13 +7,15 @@ checkers run it with ONNX Runtime at several batch sizes and compare it with Ten
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
 from labsupport.compare import ParityError, compare
 from labsupport.data import load_digits
 from labsupport.exercises import Exercise, Incorrect
+from labsupport.exercises.checks import onnx_session
+
+_WHAT = "an ONNX ModelProto (what tf2onnx returns first) or a .onnx path"
 
 BATCH_SIZES = (1, 7, 64)
 EXERCISE_SEED = 3
@@ -27,25 +29,9 @@ def exercise_model():
     return build_digits_keras(seed=EXERCISE_SEED)
 
 
-def _session(answer):
-    import onnx
-    import onnxruntime as ort
-
-    if isinstance(answer, (str, Path)):
-        if not Path(answer).is_file():
-            raise Incorrect(f"expected an ONNX model or the path of a .onnx file; {Path(answer).name!r} does not exist")
-        answer = onnx.load(str(answer))
-    if not isinstance(answer, onnx.ModelProto):
-        raise Incorrect(f"expected an ONNX ModelProto (what tf2onnx returns first) or a .onnx path, got {type(answer).__name__}")
-    try:
-        return ort.InferenceSession(answer.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception as error:
-        raise Incorrect(f"ONNX Runtime cannot load the model: {str(error).splitlines()[0]}") from None
-
-
 def _run_at_batch_sizes(answer, reference) -> str:
     """Run the answer at BATCH_SIZES with NHWC or NCHW input and compare with ``reference(images_nchw)``."""
-    session = _session(answer)
+    session = onnx_session(answer, _WHAT)
     inputs = session.get_inputs()
     if len(inputs) != 1:
         raise Incorrect(f"expected one model input (the image batch), found {len(inputs)}: {[i.name for i in inputs]}")

@@ -7,13 +7,15 @@ checkers run it with ONNX Runtime and compare labels and probabilities with scik
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
 from labsupport.compare import ParityError, compare
 from labsupport.data import load_digits
 from labsupport.exercises import Exercise, Incorrect
+from labsupport.exercises.checks import onnx_session
+
+_WHAT = "an ONNX ModelProto (what to_onnx returns) or a .onnx path"
 
 PROBABILITY_ATOL = 1e-5
 TABLE_ROWS = 400
@@ -36,22 +38,6 @@ def exercise_table():
     frame, churned = make_mixed_table(TABLE_ROWS)
     model = mixed_pipeline().fit(frame[:TRAIN_ROWS], churned[:TRAIN_ROWS])
     return frame, churned, model
-
-
-def _session(answer):
-    import onnx
-    import onnxruntime as ort
-
-    if isinstance(answer, (str, Path)):
-        if not Path(answer).is_file():
-            raise Incorrect(f"expected an ONNX model or the path of a .onnx file; {Path(answer).name!r} does not exist")
-        answer = onnx.load(str(answer))
-    if not isinstance(answer, onnx.ModelProto):
-        raise Incorrect(f"expected an ONNX ModelProto (what to_onnx returns) or a .onnx path, got {type(answer).__name__}")
-    try:
-        return ort.InferenceSession(answer.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception as error:
-        raise Incorrect(f"ONNX Runtime cannot load the model: {str(error).splitlines()[0]}") from None
 
 
 def _check_outputs(session, feeds, model, features) -> str:
@@ -79,7 +65,7 @@ def _check_outputs(session, feeds, model, features) -> str:
 
 
 def _check_plain_tensor(answer) -> str:
-    session = _session(answer)
+    session = onnx_session(answer, _WHAT)
     inputs = session.get_inputs()
     if len(inputs) != 1 or inputs[0].type != "tensor(float)" or list(inputs[0].shape[1:]) != [64]:
         found = [(i.name, i.type, i.shape) for i in inputs]
@@ -92,7 +78,7 @@ def _check_table(answer) -> str:
     from labsupport.sklearn_models import onnx_inputs
 
     frame, _, model = exercise_table()
-    session = _session(answer)
+    session = onnx_session(answer, _WHAT)
     held_out = frame[TRAIN_ROWS:]
     feeds = onnx_inputs(held_out)
     names = sorted(i.name for i in session.get_inputs())
