@@ -450,6 +450,9 @@ def convert_to_ort(
     (for NNAPI/CoreML, which decide at load time which nodes they take). Returns the .ort model
     and the ``required_operators`` config that a reduced-size build takes (``--include_ops_by_config``).
     ``target_platform`` "arm" (phones; the default) or "amd64" picks the platform-specific optimizations.
+    Give each conversion its own ``output_dir`` so its files are easy to tell apart. For "Runtime" the
+    converter also converts the model once more without runtime optimizations (in a temporary folder)
+    and the config covers the operators of both, since the saved optimizations may not be applied.
     """
     source = Path(onnx_path)
     if source.suffix != ".onnx" or not source.is_file():
@@ -483,7 +486,7 @@ def operator_config_text(path: str | os.PathLike[str]) -> str:
 
 
 def kilobytes(size: int) -> str:
-    """A file size as run-stable text in KB (1 KB = 1000 bytes), e.g. ``"51 KB"``."""
+    """A file size as run-stable text in KB (1 KB = 1024 bytes, as in notebooks 05 and 06), e.g. ``"50 KB"``."""
     if size < 0 or not math.isfinite(size):
         raise ValueError(f"size must be a non-negative number of bytes, got {size!r}")
-    return f"{size / 1000:.0f} KB"
+    return f"{size / 1024:.0f} KB"

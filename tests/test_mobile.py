@@ -53,6 +53,11 @@ def test_runtime_style_keeps_the_original_ops_for_nnapi_and_coreml(model, tmp_pa
     assert runtime.ort_path.name == "digits_cnn.with_runtime_opt.ort" and edge.is_ort_format(runtime.ort_path)
     assert runtime.config_path.name == "digits_cnn.required_operators.with_runtime_opt.config"
     assert "ai.onnx;11;Conv" in runtime.config_path.read_text()
+    # alone in its folder, the config still names two models: the converter's own second conversion
+    # without runtime optimizations (a temporary digits_cnn.ort) is part of it
+    assert [p.name for p in (tmp_path / "out").glob("*.ort")] == ["digits_cnn.with_runtime_opt.ort"]
+    models = [line[4:] for line in edge.operator_config_text(runtime.config_path).splitlines() if line.startswith("# - ")]
+    assert models == ["digits_cnn.with_runtime_opt.ort", "digits_cnn.ort"]
 
 
 def test_convert_to_ort_rejects_bad_arguments(model, tmp_path):
@@ -69,6 +74,7 @@ def test_convert_to_ort_rejects_bad_arguments(model, tmp_path):
 
 
 def test_kilobytes():
-    assert edge.kilobytes(50_874) == "51 KB" and edge.kilobytes(0) == "0 KB"
+    # 1 KB = 1024 bytes like quantization.file_kb and graph.format_bytes (1000-based would say 51 KB)
+    assert edge.kilobytes(51_200) == "50 KB" and edge.kilobytes(0) == "0 KB" and edge.kilobytes(1536) == "2 KB"
     with pytest.raises(ValueError, match="non-negative"):
         edge.kilobytes(-1)
