@@ -16,13 +16,10 @@ the PyTorch reference. The LLM memory arithmetic of the notebook (``weight_bytes
 from __future__ import annotations
 
 import copy
-import logging
 import math
 import os
 import time
-import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from labsupport.models import quiet_export, single_thread
 from labsupport.paths import artifact
 
 # ---------------------------------------------------------------- the task: reverse a digit sequence
@@ -233,17 +231,6 @@ def empty_cache(config: TinyConfig, batch_size: int = 1) -> list[np.ndarray]:
 
 
 # ---------------------------------------------------------------- training and the cached weights
-@contextmanager
-def single_thread() -> Iterator[None]:
-    """Run the block with one intra-op PyTorch thread (reproducible training), then restore the count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 @dataclass
 class TrainLog:
     """Loss every 100 steps and the final exact-match accuracy on a held-out set (``train_tiny_transformer``)."""
@@ -317,19 +304,6 @@ def load_tiny_transformer() -> TinyDecoder:
 
 
 # ---------------------------------------------------------------- export
-@contextmanager
-def _quiet_export() -> Iterator[None]:
-    registry_log = logging.getLogger("torch.onnx._internal.exporter._registration")
-    level = registry_log.level
-    registry_log.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), single_thread():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        registry_log.setLevel(level)
-
-
 def _check_model(model: object) -> TinyDecoder:
     if not isinstance(model, TinyDecoder):
         raise TypeError(f"expected a labsupport.transformer.TinyDecoder, got {type(model).__name__}")
@@ -349,7 +323,7 @@ def export_full(model: TinyDecoder, path: str | Path) -> Path:
     frozen, path = _check_model(model), _check_path(path)
     batch, sequence = torch.export.Dim("batch", max=4096), torch.export.Dim("sequence", max=frozen.config.max_positions)
     example = torch.from_numpy(make_reversal_data(2).prompts)
-    with _quiet_export():
+    with quiet_export(), single_thread():
         program = torch.onnx.export(
             FullDecoder(frozen),
             (example,),
@@ -382,7 +356,7 @@ def export_cached(model: TinyDecoder, path: str | Path) -> Path:
     inputs, outputs = cache_names(config)
     example_ids = torch.from_numpy(make_reversal_data(2).prompts[:, :2])
     example_past = tuple(torch.randn(2, config.n_heads, 3, config.head_dim) for _ in range(2 * config.n_layers))
-    with _quiet_export():
+    with quiet_export(), single_thread():
         program = torch.onnx.export(
             CachedDecoder(frozen),
             (example_ids, example_past),

@@ -193,6 +193,25 @@ def test_check_targets_reports_met_and_missed():
     assert not any(t.met for t in bad)
     assert "MISSED" in str(bad[0]) and "target <= 0.27" in str(bad[0])
     assert [t.timing for t in bad[:3]] == [False, True, False]
+    # accuracy targets: a signed change, higher is better, printed at the tables' precision
+    assert str(bad[2]).endswith("INT8 dynamic accuracy change (points) = -3.0 (target >= -1)")
+    assert str(good[2]).startswith("MET ") and "= -0.5 (target >= -1)" in str(good[2])
+
+
+def test_accuracy_delta_is_the_difference_of_the_printed_accuracies():
+    # 536/540 = 99.26 % and 537/540 = 99.44 %: printed 99.3 and 99.4, so the change is +0.1 (not the exact +0.19)
+    report = quant.VariantReport("cnn", "FP32", [
+        quant.VariantResult("FP32", 47.0, 536 / 540), quant.VariantResult("INT8 static", 21.0, 537 / 540),
+        quant.VariantResult("worse", 21.0, 530 / 540),
+    ])
+    assert report.accuracy_delta("INT8 static") == 0.1
+    assert report.accuracy_delta("FP32") == 0.0
+    assert report.accuracy_delta("worse") == -1.2  # 98.1 - 99.3
+    rows = {row["variant"]: row for row in report.rows(timings=False)}
+    assert (rows["FP32"]["accuracy %"], rows["INT8 static"]["accuracy %"]) == (99.3, 99.4)
+    assert rows["INT8 static"]["Δ acc (points)"] == "+0.1" and rows["worse"]["Δ acc (points)"] == "-1.2"
+    with pytest.raises(KeyError, match="no variant"):
+        report.accuracy_delta("missing")
 
 
 def test_ensure_digits_cnn_int8_is_a_static_qdq_model():

@@ -185,6 +185,9 @@ def test_memory_arithmetic():
 
 
 def test_single_thread_restores_the_thread_count():
+    from labsupport import models
+
+    assert T.single_thread is models.single_thread  # one shared helper, not a copy
     before = torch.get_num_threads()
     with T.single_thread():
         assert torch.get_num_threads() == 1
