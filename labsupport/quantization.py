@@ -205,7 +205,7 @@ def export_wide_mlp(model, path: str | Path) -> Path:
     path = Path(path)
     if path.suffix != ".onnx":
         raise ValueError(f"the ONNX file name must end in .onnx, got {path.name!r}")
-    from labsupport.models import quiet_export, single_thread
+    from labsupport.models import quiet_export, remove_stack_traces, single_thread
 
     example = torch.from_numpy(load_digits().test.flat[:2])
     with quiet_export(), single_thread():
@@ -218,6 +218,7 @@ def export_wide_mlp(model, path: str | Path) -> Path:
             dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=4096)}},
             verbose=False,
         )
+    remove_stack_traces(program)  # they hold this machine's paths, and so change the file's size
     program.save(path, external_data=False)
     return path
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from labsupport.models import quiet_export, single_thread
+from labsupport.models import quiet_export, remove_stack_traces, single_thread
 from labsupport.paths import artifact
 
 # ---------------------------------------------------------------- the task: reverse a digit sequence
@@ -333,6 +333,7 @@ def export_full(model: TinyDecoder, path: str | Path) -> Path:
             dynamic_shapes={"input_ids": {0: batch, 1: sequence}},
             verbose=False,
         )
+    remove_stack_traces(program)  # they hold this machine's paths, and so change the file's size
     program.save(path, external_data=False)
     return path
 
@@ -366,6 +367,7 @@ def export_cached(model: TinyDecoder, path: str | Path) -> Path:
             dynamic_shapes=cached_dynamic_shapes(config),
             verbose=False,
         )
+    remove_stack_traces(program)  # they hold this machine's paths, and so change the file's size
     program.save(path, external_data=False)
     return path
 
