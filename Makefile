@@ -79,7 +79,8 @@ test-latest:
 	@$(LATEST)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@$(LATEST)/bin/python -m pip freeze > $(LATEST)/freeze.txt
 	@echo ">>> versions under test: $(LATEST)/freeze.txt"
-	@$(LATEST)/bin/python -m pytest $(PYTEST_ARGS)
+	@# outputs naturally differ from the committed ones with other versions: nbval runs lax (cells must execute)
+	@ONNX_LAB_UNPINNED=1 $(LATEST)/bin/python -m pytest --nbval-lax $(PYTEST_ARGS)
 
 clean:
 	rm -rf artifacts .pytest_cache

@@ -18,7 +18,8 @@ def test_pins_follow_requirements_and_markers(tmp_path):
     assert ("linux-only" in pins) == sys.platform.startswith("linux")
 
 
-def test_check_versions_names_missing_and_wrong_packages():
+def test_check_versions_names_missing_and_wrong_packages(monkeypatch):
+    monkeypatch.delenv(env.UNPINNED_ENV_VAR, raising=False)
     problems = env.check_versions(["numpy", "surely-not-installed-pkg"], {"numpy": "0.0.1", "surely-not-installed-pkg": "1.0"})
     assert any("numpy" in p and "pins 0.0.1" in p for p in problems)
     assert any("surely-not-installed-pkg is not installed" in p for p in problems)
@@ -26,7 +27,16 @@ def test_check_versions_names_missing_and_wrong_packages():
     assert env.check_versions(["numpy"]) == []
 
 
+def test_unpinned_mode_accepts_other_versions_but_not_missing_packages(monkeypatch):
+    monkeypatch.setenv(env.UNPINNED_ENV_VAR, "1")
+    pins = {"numpy": "0.0.1", "surely-not-installed-pkg": "1.0"}
+    assert env.check_versions(["numpy", "surely-not-installed-pkg"], pins) == [
+        "surely-not-installed-pkg is not installed (the course pins 1.0); " + env.FIX_HINT
+    ]
+
+
 def test_require_prints_ok_or_raises(capsys, monkeypatch):
+    monkeypatch.delenv(env.UNPINNED_ENV_VAR, raising=False)
     env.require("numpy", "onnx")
     assert capsys.readouterr().out.startswith("Environment OK: numpy ")
     monkeypatch.setattr(env, "pinned_versions", lambda: {"numpy": "0.0.1"})
@@ -35,6 +45,7 @@ def test_require_prints_ok_or_raises(capsys, monkeypatch):
 
 
 def test_require_resolves_platform_specific_distributions(capsys, monkeypatch):
+    monkeypatch.delenv(env.UNPINNED_ENV_VAR, raising=False)
     monkeypatch.setattr(env, "pinned_versions", lambda: {"tensorflow-cpu": "1.0", "numpy": env.installed_version("numpy")})
     monkeypatch.setattr(env, "installed_version", lambda name: {"tensorflow-cpu": "1.0"}.get(name, "2.0"))
     assert env.check_versions(["tensorflow"]) == []
@@ -64,6 +75,7 @@ def test_report_flags_an_unwritable_artifacts_folder(monkeypatch):
 
 
 def test_doctor_exit_codes(monkeypatch, capsys):
+    monkeypatch.delenv(env.UNPINNED_ENV_VAR, raising=False)
     assert labsupport_main(["doctor"]) == 0
     monkeypatch.setattr(env, "pinned_versions", lambda: {"numpy": "0.0.1"})
     assert labsupport_main(["doctor"]) == 1
