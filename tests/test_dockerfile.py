@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-from pathlib import Path
 
 import onnxruntime as ort
 import pytest

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from labsupport.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, ____
+from labsupport.exercises import CORRECT, INCORRECT
 from labsupport.exercises import nb01
 from labsupport.exercises.nb01 import Q1_WEIGHT, broken_model, mystery_model, q1, q2, q3
 
@@ -28,16 +28,8 @@ def _q1_model(*, softmax: bool = True, batch: object = "batch", weight: np.ndarr
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
-def test_every_exercise_is_listed_and_unattempted_by_default():
+def test_every_exercise_is_listed():
     assert nb01.EXERCISES == [q1, q2, q3]
-    for exercise in nb01.EXERCISES:
-        assert exercise.evaluate(____).status == NOT_ATTEMPTED
-
-
-@pytest.mark.parametrize("exercise", [q1, q2, q3], ids=lambda q: f"q{q.number}")
-def test_reference_solution_passes(exercise):
-    outcome = exercise.evaluate(exercise.reference_answer())
-    assert outcome.status == CORRECT, outcome.message
 
 
 def test_q1_accepts_any_symbolic_batch_name():

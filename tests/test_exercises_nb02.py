@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from labsupport.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, ____
+from labsupport.exercises import CORRECT, INCORRECT
 from labsupport.exercises import nb02
 from labsupport.models import quiet_export
 
@@ -27,12 +27,6 @@ def test_exercise_mlp_is_fixed_and_in_eval_mode():
     for name, tensor in first.state_dict().items():
         assert torch.equal(tensor, second.state_dict()[name]), name
     assert first(torch.rand(3, 1, 8, 8)).shape == (3, 10)
-
-
-def test_q1_reference_passes_and_placeholder_is_not_attempted():
-    outcome = nb02.q1.evaluate(nb02.q1.reference_answer())
-    assert outcome.status == CORRECT, outcome.message
-    assert nb02.q1.evaluate(____).status == NOT_ATTEMPTED
 
 
 def test_q1_rejects_a_static_batch(tmp_path):
@@ -57,12 +51,6 @@ def test_q1_rejects_wrong_names(tmp_path):
 @pytest.mark.parametrize("wrong", ["no/such/file.onnx", 42, nb02.exercise_mlp()])
 def test_q1_rejects_things_that_are_not_an_exported_file(wrong):
     assert nb02.q1.evaluate(wrong).status == INCORRECT
-
-
-def test_q2_reference_passes():
-    outcome = nb02.q2.evaluate(nb02.q2.reference_answer())
-    assert outcome.status == CORRECT, outcome.message
-    assert nb02.q2.evaluate(____).status == NOT_ATTEMPTED
 
 
 def test_q2_rejects_the_original_model_with_the_exporter_error():

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from onnxruntime.quantization import CalibrationDataReader
 
 from labsupport.data import load_digits
-from labsupport.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, ____
+from labsupport.exercises import CORRECT, INCORRECT
 from labsupport.exercises.nb06 import BROKEN_PERCENTILE, RESTORE_THRESHOLD, accuracy_excluding, mlp_node_names, q1, q2, q3
 
 
@@ -21,12 +20,6 @@ class ListReader(CalibrationDataReader):
 
 def batches_of(images, size, key="image"):
     return ListReader([{key: images[i:i + size]} for i in range(0, len(images), size)])
-
-
-@pytest.mark.parametrize("exercise", [q1, q2, q3])
-def test_reference_passes_and_placeholder_is_not_attempted(exercise):
-    assert exercise.evaluate(exercise.reference_answer()).status == CORRECT
-    assert exercise.evaluate(____).status == NOT_ATTEMPTED
 
 
 def test_q1_rejects_typical_wrong_readers():

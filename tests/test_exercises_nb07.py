@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from labsupport.exercises import ____, CORRECT, INCORRECT, NOT_ATTEMPTED
+from labsupport.exercises import ____, INCORRECT, NOT_ATTEMPTED
 from labsupport.exercises.nb07 import q1, q2, q3
 from labsupport.optimize import op_counts, optimize_to_file
 
@@ -20,12 +20,6 @@ def _model(nodes, initializers=()):
 
 
 ONE = numpy_helper.from_array(np.ones(4, np.float32), "one")
-
-
-@pytest.mark.parametrize("exercise", [q1, q2, q3])
-def test_reference_passes_and_placeholder_is_not_attempted(exercise):
-    assert exercise.evaluate(exercise.reference_answer()).status == CORRECT
-    assert exercise.evaluate(____).status == NOT_ATTEMPTED
 
 
 @pytest.mark.parametrize("exercise", [q2, q3])

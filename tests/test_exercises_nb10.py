@@ -3,18 +3,12 @@ import pytest
 from onnx import helper
 from onnx.reference.op_run import OpRun
 
-from labsupport.exercises import ____, CORRECT, INCORRECT, NOT_ATTEMPTED
+from labsupport.exercises import INCORRECT
 from labsupport.exercises.nb10 import q1, q2
 
 
 def _op_class(body, name="SquaredRelu", domain="course.custom"):
     return type(name, (OpRun,), {"op_domain": domain, "_run": body})
-
-
-@pytest.mark.parametrize("exercise", [q1, q2])
-def test_reference_passes_and_placeholder_is_not_attempted(exercise):
-    assert exercise.evaluate(exercise.reference_answer()).status == CORRECT
-    assert exercise.evaluate(____).status == NOT_ATTEMPTED
 
 
 @pytest.mark.parametrize(
