@@ -17,6 +17,14 @@ Each public helper says in its docstring which notebook introduces it. Modules, 
 - ``serve``: start and load-test the inference service of ``deploy/service`` (08)
 - ``edge``: the model in a browser, in Node.js and in the ``.ort`` format (09)
 - ``transformer``: a tiny decoder-only transformer with and without a KV cache (11)
+- ``kernels``: a second ONNX Runtime kernel path (``ONNX_LAB_KERNELS``) to prove outputs CPU-independent (tests, 06)
 """
 
+import os
+
 __version__ = "0.1.0"
+
+if os.environ.get("ONNX_LAB_KERNELS"):
+    from labsupport import kernels
+
+    kernels.install_from_environment()

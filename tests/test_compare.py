@@ -11,10 +11,10 @@ def test_close_outputs_pass_with_stable_text():
     report = compare(scores, scores + 3e-7, name="ort vs torch")
     assert report.passed and report.argmax_agreement == 1.0
     assert math.isclose(report.max_abs, 3e-7, rel_tol=0.1)
-    assert str(report) == (
-        "ort vs torch: 500 values, max abs err <= 1e-06, max rel err <= 1e-03, "
-        "argmax agreement 100.00% -> OK (atol=1e-05, rtol=0.0001)"
-    )
+    # the printed verdict carries no CPU-dependent digits; the exact figures are in details
+    assert str(report) == "ort vs torch: 500 values within tolerance, argmax agreement 100.00% -> OK (atol=1e-05, rtol=0.0001)"
+    assert str(compare(scores, scores + 4e-6, name="ort vs torch")) == str(report)
+    assert report.details.startswith("ort vs torch: max abs err 3.00e-07, max rel err ")
 
 
 def test_out_of_tolerance_raises_with_figures():
