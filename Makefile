@@ -6,25 +6,35 @@ VENV   ?= .venv
 PORT   ?= 8888
 NO_BROWSER ?=
 PYTEST_ARGS ?=
+SITE      ?= build/site
+CLASSROOM ?= build/classroom
 
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LATEST := .venv-latest
 NODE_DIRS := $(patsubst %/package.json,%,$(wildcard deploy/*/package.json))
+# notebooks whose outputs come from ONNX Runtime kernels that differ between CPUs (not 05/07/08: timings, levels)
+KERNEL_NOTEBOOKS := $(addprefix notebooks/,01_graphs_by_hand.ipynb 02_from_pytorch.ipynb 03_from_tensorflow_keras.ipynb \
+  04_from_scikit_learn.ipynb 06_quantization.ipynb 09_deploy_edge.ipynb 10_custom_operators.ipynb 11_transformers_and_llms.ipynb)
+KERNEL_VARIANTS := u8u8 qdq-float no-layout
 
-.PHONY: lab test test-latest bench doctor nav js-deps web serve clean help
+.PHONY: lab test portability test-latest bench doctor nav js-deps web serve docs docs-serve student clean help
 
 help:
 	@echo "make lab          create .venv if needed and open JupyterLab on notebooks/ (PORT=$(PORT), NO_BROWSER=1 on a server)"
 	@echo "make test         create .venv if needed, run the unit tests and execute every notebook with nbval"
+	@echo "make portability  the CPU-sensitive notebooks under each second kernel path of ONNX Runtime (see labsupport/kernels.py)"
 	@echo "make bench        headless benchmarks (ratios measured in one run), JSON under artifacts/"
 	@echo "make doctor       check the environment and say what is wrong"
 	@echo "make web          serve the browser demo of notebook 09 on http://127.0.0.1:8000"
 	@echo "make serve        run the inference service of notebook 08 on http://127.0.0.1:8080"
+	@echo "make docs         build the course website from the committed notebooks into $(SITE) (fails on any warning)"
+	@echo "make docs-serve   serve that website on http://127.0.0.1:8001 (PORT=... for another port)"
+	@echo "make student      learner copies (solutions switched off) and solution copies of the notebooks, in $(CLASSROOM)"
 	@echo "make test-latest  the same tests against the newest releases (not pinned; for maintainers)"
 	@echo "make clean        remove artifacts/ and caches (keeps .venv)"
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml binder/overrides.json
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "ERROR: $(PYTHON) not found. Install Python 3.11, or run: make PYTHON=/path/to/python3.11"; exit 1; }
 	@echo ">>> [1/3] creating $(VENV) with $$($(PYTHON) --version)"
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +43,9 @@ $(STAMP): requirements.txt pyproject.toml
 	@$(BIN)/python -m pip install --quiet --progress-bar off -r requirements.txt
 	@echo ">>> [3/3] installing labsupport (editable)"
 	@$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@# JupyterLab settings for the course (no news prompt, no requests to other sites): see binder/overrides.json
+	@mkdir -p $(VENV)/share/jupyter/lab/settings/overrides.d
+	@cp binder/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.d/onnx-lab.json
 	@touch $(STAMP)
 	@echo ">>> environment ready in $(VENV)"
 
@@ -53,6 +66,14 @@ lab: $(STAMP) js-deps
 test: $(STAMP) js-deps
 	@echo ">>> running unit tests, then every notebook with nbval (strict)"
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@echo ">>> the same outputs from other ONNX Runtime kernels (ONNX_LAB_KERNELS=reference): no output may depend on the CPU"
+	@ONNX_LAB_KERNELS=reference $(BIN)/python -m pytest $(PYTEST_ARGS) $(KERNEL_NOTEBOOKS)
+
+portability: $(STAMP) js-deps
+	@for variant in $(KERNEL_VARIANTS); do \
+	  echo ">>> CPU-sensitive notebooks with ONNX_LAB_KERNELS=$$variant"; \
+	  ONNX_LAB_KERNELS=$$variant $(BIN)/python -m pytest $(PYTEST_ARGS) $(KERNEL_NOTEBOOKS) || exit 1; \
+	done
 
 bench: $(STAMP)
 	@$(BIN)/python -m labsupport.bench all
@@ -69,6 +90,17 @@ web: $(STAMP) js-deps
 serve: $(STAMP)
 	@$(BIN)/python -c "from labsupport.models import ensure_digits_cnn; ensure_digits_cnn()"
 	@$(BIN)/python -m deploy.service
+
+docs: $(STAMP)
+	@$(BIN)/python docs/build.py $(SITE)
+
+docs-serve: $(STAMP)
+	@test -f $(SITE)/index.html || $(BIN)/python docs/build.py $(SITE)
+	@echo ">>> the course website on http://127.0.0.1:$${PORT:-8001}/ (stop it with Ctrl-C)"
+	@$(BIN)/python -m http.server --bind 127.0.0.1 --directory $(SITE) $${PORT:-8001}
+
+student: $(STAMP)
+	@$(BIN)/python tools/student.py --out $(CLASSROOM)
 
 test-latest:
 	@echo ">>> building $(LATEST) with the newest releases (no pins)"
