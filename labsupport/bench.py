@@ -3,7 +3,7 @@
 Introduced in notebook 05 (and used in 06, 07, 08, 11). Timing numbers vary from run to run, so
 notebook cells that print them carry ``# NBVAL_IGNORE_OUTPUT``; tests check the helpers'
 behaviour, never a speed. ``python -m labsupport.bench SUITE`` runs the course's headless
-benchmarks (``runtime``, ``quantization`` or ``all``) and writes their JSON under ``artifacts/``.
+benchmarks (``runtime``, ``quantization``, ``service`` or ``all``) and writes their JSON under ``artifacts/``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 SUITES = {
     "runtime": "labsupport.runtime_bench",
     "quantization": "labsupport.quantization_bench",
+    "service": "labsupport.service_bench",
 }
 
 
@@ -159,6 +160,52 @@ def compare_candidates(
     return BenchTable(timings, baseline)
 
 
+def compare_one_at_a_time(
+    candidates: Mapping[str, Callable[[], object]],
+    *,
+    baseline: str,
+    batch_size: int = 1,
+    warmup: int = 3,
+    repeat: int = 30,
+    rounds: int = 3,
+    settle_s: float = 0.2,
+) -> BenchTable:
+    """Time each candidate in a block of back-to-back calls, one candidate at a time (notebook 05).
+
+    For candidates that disturb each other when interleaved, such as ORT sessions whose idle
+    threads spin for a while after each run: before every block the machine gets ``settle_s``
+    seconds of quiet. ``rounds`` blocks of ``repeat // rounds`` calls per candidate (at least
+    one), in turn, spread slow drift over all candidates alike.
+    """
+    _check_counts(warmup, repeat, batch_size)
+    if baseline not in candidates:
+        raise KeyError(f"baseline {baseline!r} is not among the candidates {list(candidates)}")
+    if rounds < 1 or settle_s < 0:
+        raise ValueError(f"need rounds >= 1 and settle_s >= 0; got {rounds}, {settle_s}")
+    per_block = max(1, repeat // rounds)
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            time.sleep(settle_s)
+            for _ in range(warmup):
+                fn()
+            for _ in range(per_block):
+                start = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - start)
+    return BenchTable([Timing.from_samples(name, batch_size, values) for name, values in samples.items()], baseline)
+
+
+def speed_verdict(ratio: float, noise: float = 0.1) -> str:
+    """Words for a latency ratio candidate / baseline: "1.62x faster than", "1.25x slower than", or
+    "as fast as (within ±10%)" when the ratio is within the timing ``noise`` (notebook 05)."""
+    if not ratio > 0 or not 0 <= noise < 1:
+        raise ValueError(f"need a latency ratio > 0 and 0 <= noise < 1; got {ratio}, {noise}")
+    if abs(ratio - 1) <= noise:
+        return f"as fast as (within ±{noise:.0%})"
+    return f"{1 / ratio:.2f}x faster than" if ratio < 1 else f"{ratio:.2f}x slower than"
+
+
 def merge(tables: Sequence[BenchTable]) -> BenchTable:
     """One table from several (e.g. one per batch size) that share a baseline."""
     if not tables:
@@ -194,7 +241,7 @@ def plot(table: BenchTable, title: str = "Latency and throughput"):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m labsupport.bench runtime|quantization|all``: run the headless benchmark suites."""
+    """``python -m labsupport.bench runtime|quantization|service|all``: run the headless benchmark suites."""
     args = argv if argv is not None else sys.argv[1:]
     wanted = args[:1] or ["all"]
     names = list(SUITES) if wanted == ["all"] else wanted

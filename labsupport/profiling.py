@@ -130,11 +130,13 @@ def profile_session(
     providers: Sequence[str | tuple[str, dict[str, Any]]] = ("CPUExecutionProvider",),
     options: ort.SessionOptions | None = None,
     prefix: str | os.PathLike[str] | None = None,
+    output_names: Sequence[str] | None = None,
 ) -> Profile:
     """Run ``model`` ``runs`` times with ORT's profiler on and return the loaded Profile. Notebook 05.
 
     Profiling is switched on in ``options`` (the object passed in is modified); ``prefix`` is where
-    the JSON goes (default ``artifacts/profiles/ort``; ORT appends a timestamp and ``.json``).
+    the JSON goes (default ``artifacts/profiles/ort``; ORT appends a timestamp and ``.json``);
+    ``output_names`` is what each run asks for (default: every output).
     """
     if not isinstance(runs, int) or runs < 1:
         raise ValueError(f"runs must be a whole number >= 1, got {runs!r}")
@@ -147,8 +149,9 @@ def profile_session(
     options.profile_file_prefix = str(prefix if prefix is not None else artifact("profiles/ort"))
     source = bytes(model) if isinstance(model, bytes) else str(model)
     session = ort.InferenceSession(source, sess_options=options, providers=list(providers))
+    names = None if output_names is None else list(output_names)
     for _ in range(runs):
-        session.run(None, dict(feeds))
+        session.run(names, dict(feeds))
     return Profile.load(session.end_profiling())
 
 

@@ -3,18 +3,21 @@
 Introduced in notebook 05. ``make_session`` builds an ``InferenceSession`` from a priority list
 and returns a ``ProviderChoice`` that says what was requested, what this machine offers and what
 the session really uses, so a silent fallback to the CPU is visible; ``assert_providers`` turns
-that into a check that fails loudly. ``session_options`` spells the common knobs with names.
+that into a check that fails loudly. ``session_options`` spells the common knobs with names;
+``run_concurrently`` serves many requests from one shared session.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnxruntime as ort
 
 CPU = "CPUExecutionProvider"
@@ -34,6 +37,7 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "OpenVINOExecutionProvider": ("Intel CPU / iGPU / NPU", "onnxruntime-openvino"),
     "ROCMExecutionProvider": ("AMD GPU", "onnxruntime-rocm (AMD's builds; newer ones use MIGraphX)"),
     "NnapiExecutionProvider": ("Android NPU / DSP / GPU", "onnxruntime-android (Maven package)"),
+    "AzureExecutionProvider": ("a remote Azure endpoint, via extension ops", "onnxruntime (PyPI builds)"),
 }
 
 ProviderSpec = str | tuple[str, dict[str, Any]]
@@ -170,9 +174,10 @@ def assert_providers(session: ort.InferenceSession, expected: str | Sequence[str
     got = list(session.get_providers())
     missing = [name for name in wanted if name not in got]
     if missing or got[0] != wanted[0]:
+        absent = [name for name in wanted if name not in available_providers()]
+        why = f"; not available in this build/machine: {', '.join(absent)}" if absent else ""
         raise ProviderMismatch(
-            f"expected the session to run on {', '.join(wanted)} (first: {wanted[0]}), "
-            f"but it uses {', '.join(got)}; available here: {', '.join(available_providers())}"
+            f"expected the session to run on {', '.join(wanted)} (first: {wanted[0]}), but it uses {', '.join(got)}{why}"
         )
     return got
 
@@ -244,3 +249,25 @@ def describe_io(session: ort.InferenceSession) -> list[dict[str, object]]:
         for arg in args:
             rows.append({"kind": kind, "name": arg.name, "shape": _shape_text(arg.shape), "type": arg.type})
     return rows
+
+
+def run_concurrently(
+    session: ort.InferenceSession,
+    requests: Sequence[Mapping[str, np.ndarray]],
+    *,
+    threads: int,
+    output_names: Sequence[str] | None = None,
+) -> list[list[np.ndarray]]:
+    """Run ``session`` once per feed dict in ``requests`` from ``threads`` Python threads at once; results in order.
+
+    ``InferenceSession.run`` is thread-safe and releases the GIL while it computes, so one shared
+    session serves concurrent requests with one copy of the weights (notebook 05; the service of
+    notebook 08 works this way).
+    """
+    if not isinstance(session, ort.InferenceSession):
+        raise TypeError(f"run_concurrently() needs an onnxruntime.InferenceSession, got {type(session).__name__}")
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be a whole number >= 1, got {threads!r}")
+    names = None if output_names is None else list(output_names)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(lambda feeds: session.run(names, dict(feeds)), requests))

@@ -19,6 +19,30 @@ def test_q1_rejects_the_requested_provider_and_the_first_available_one():
     assert nb05.q1.evaluate("CPUExecutionProvider").status == "incorrect"
 
 
+@pytest.mark.parametrize(
+    "wrong",
+    [lambda path, providers: "CPUExecutionProvider", lambda path, providers: providers[-1]],
+    ids=["always the CPU", "the last requested"],
+)
+def test_q1_rejects_answers_that_never_ask_a_session(wrong):
+    assert nb05.q1.evaluate(wrong).status == "incorrect"
+
+
+def test_q1_rejects_a_constant_cpu_answer_even_where_only_the_cpu_is_available(monkeypatch):
+    monkeypatch.setattr(nb05, "_other_available_provider", lambda: None)
+    outcome = nb05.q1.evaluate(lambda path, providers: "CPUExecutionProvider")
+    assert outcome.status == "incorrect" and "never opened a session" in outcome.message
+    assert nb05.q1.evaluate(nb05.q1.reference_answer()).status == "correct"
+
+
+def test_q1_case_lists_put_a_provider_first_that_the_session_does_not_use():
+    lists = nb05._priority_lists()
+    missing = nb05._unavailable_provider()
+    assert lists[0] == [missing, "CPUExecutionProvider"] and lists[1][0] == "CPUExecutionProvider"
+    if "AzureExecutionProvider" in ort.get_available_providers():  # every PyPI build: a non-CPU primary provider
+        assert ["AzureExecutionProvider", "CPUExecutionProvider"] in lists
+
+
 def _longest_single_call(path):
     events = [e for e in json.load(open(path)) if e["cat"] == "Node"]
     return max(events, key=lambda e: e["dur"])["args"]["op_name"]
@@ -39,9 +63,18 @@ def _node_name(path):
     return max(events, key=lambda e: e["dur"])["name"]
 
 
+def _first_kernel(path):
+    return next(e for e in json.load(open(path)) if e["cat"] == "Node")["args"]["op_name"]
+
+
+def _last_kernel(path):
+    return [e for e in json.load(open(path)) if e["cat"] == "Node"][-1]["args"]["op_name"]
+
+
 @pytest.mark.parametrize(
     ("wrong", "says"),
-    [(_longest_single_call, "largest total"), (_most_calls, "count"), (_any_event, "session event"), (_node_name, "operator type")],
+    [(_longest_single_call, "largest total"), (_most_calls, "count"), (_any_event, "session event"), (_node_name, "operator type"),
+     (_first_kernel, "execution order"), (_last_kernel, "execution order")],
 )
 def test_q2_rejects_typical_mistakes(wrong, says):
     outcome = nb05.q2.evaluate(wrong)

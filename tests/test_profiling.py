@@ -113,3 +113,11 @@ def test_plot_has_one_bar_per_operator_type(unoptimized_profile):
     assert len(ax.patches) == len(unoptimized_profile.op_table())
     assert [label.get_text() for label in ax.get_yticklabels()][-1] == unoptimized_profile.hottest_op()
     matplotlib.pyplot.close(figure)
+
+
+def test_profile_session_asks_for_the_named_outputs_but_the_whole_graph_runs(tmp_path):
+    two_heads = onnx.load(ensure_digits_cnn())
+    two_heads.graph.node.append(onnx.helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1))
+    two_heads.graph.output.append(onnx.helper.make_tensor_value_info("probabilities", onnx.TensorProto.FLOAT, ["batch", 10]))
+    profile = profiling.profile_session(two_heads.SerializeToString(), FEEDS, runs=2, output_names=["logits"], prefix=tmp_path / "heads")
+    assert Counter(k.op_type for k in profile.kernels)["Softmax"] == 2  # ORT does not prune what no requested output needs

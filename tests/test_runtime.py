@@ -77,6 +77,8 @@ def test_assert_providers_passes_and_catches_a_silent_fallback():
     assert runtime.assert_providers(session, runtime.CPU)[0] == runtime.CPU
     with pytest.raises(runtime.ProviderMismatch, match=f"expected the session to run on {missing}.*but it uses CPUExecutionProvider"):
         runtime.assert_providers(session, [missing, runtime.CPU])
+    with pytest.raises(runtime.ProviderMismatch, match=f"not available in this build/machine: {missing}$"):
+        runtime.assert_providers(session, [missing, runtime.CPU])
     assert issubclass(runtime.ProviderMismatch, AssertionError)
 
 
@@ -142,7 +144,7 @@ def test_describe_io_shows_symbolic_dims_and_types():
 
 def test_provider_table_covers_the_course_providers():
     rows = {row["provider"]: row for row in runtime.provider_table()}
-    for name in ("CPU", "CUDA", "Tensorrt", "CoreML", "Dml", "OpenVINO", "ROCM", "Nnapi"):
+    for name in ("CPU", "CUDA", "Tensorrt", "CoreML", "Dml", "OpenVINO", "ROCM", "Nnapi", "Azure"):
         assert f"{name}ExecutionProvider" in rows
     assert rows[runtime.CPU]["available here"] is True
     assert rows[runtime.CUDA]["package"].startswith("onnxruntime-gpu")
@@ -153,3 +155,23 @@ def test_gpu_providers_available_is_the_gpu_subset_of_available():
     gpus = runtime.gpu_providers_available()
     assert set(gpus) <= set(runtime.available_providers()) and set(gpus) <= set(runtime.GPU_PROVIDERS)
     assert runtime.CPU not in gpus
+
+
+def test_run_concurrently_shares_one_session_and_keeps_the_request_order():
+    session, _ = runtime.make_session(ensure_digits_cnn(), options=runtime.session_options(intra_op_threads=1))
+    rng = np.random.default_rng(0)
+    requests = [{"image": rng.standard_normal((size, 1, 8, 8)).astype(np.float32)} for size in (1, 5, 2, 7, 3, 4)]
+    answers = runtime.run_concurrently(session, requests, threads=3)
+    assert [answer[0].shape for answer in answers] == [(size, 10) for size in (1, 5, 2, 7, 3, 4)]
+    for answer, feeds in zip(answers, requests, strict=True):
+        np.testing.assert_array_equal(answer[0], session.run(None, feeds)[0])
+    assert runtime.run_concurrently(session, requests[:2], threads=1, output_names=["logits"])[1][0].shape == (5, 10)
+
+
+def test_run_concurrently_rejects_bad_arguments():
+    session, _ = runtime.make_session(ensure_digits_cnn())
+    for threads in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="threads"):
+            runtime.run_concurrently(session, [], threads=threads)
+    with pytest.raises(TypeError, match="InferenceSession"):
+        runtime.run_concurrently("not a session", [], threads=2)

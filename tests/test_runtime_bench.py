@@ -74,16 +74,60 @@ def test_thread_budget_sets_and_restores_torch_threads():
             pass
 
 
+def test_one_at_a_time_times_each_candidate_in_blocks():
+    order = []
+    table = bench.compare_one_at_a_time(
+        {"a": lambda: order.append("a"), "b": lambda: order.append("b")}, baseline="a", batch_size=2, warmup=1, repeat=4, rounds=2, settle_s=0
+    )
+    assert order == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3  # per round: 1 warm-up + 2 timed calls, candidate by candidate
+    assert [(t.name, t.runs, t.batch_size) for t in table.timings] == [("a", 4, 2), ("b", 4, 2)]
+    assert table.ratio("a") == pytest.approx(1.0)
+    with pytest.raises(KeyError, match="baseline"):
+        bench.compare_one_at_a_time({"a": lambda: None}, baseline="z")
+    for bad in ({"rounds": 0}, {"settle_s": -1}):
+        with pytest.raises(ValueError, match="rounds"):
+            bench.compare_one_at_a_time({"a": lambda: None}, baseline="a", **bad)
+
+
+def test_speed_verdict_claims_no_difference_inside_the_noise():
+    assert bench.speed_verdict(0.5) == "2.00x faster than"
+    assert bench.speed_verdict(1.25) == "1.25x slower than"
+    assert bench.speed_verdict(1.08) == bench.speed_verdict(0.93) == "as fast as (within ±10%)"
+    assert bench.speed_verdict(1.08, noise=0.05) == "1.08x slower than"
+    for ratio, noise in ((0, 0.1), (float("nan"), 0.1), (1.0, -0.1), (1.0, 1.0)):
+        with pytest.raises(ValueError, match="ratio"):
+            bench.speed_verdict(ratio, noise)
+
+
+def test_thread_table_compares_with_orts_true_default(monkeypatch):
+    from labsupport.runtime import ALLOW_SPINNING
+
+    made = []
+    original = runtime_bench.ort_session
+    monkeypatch.setattr(runtime_bench, "ort_session", lambda *args, **kwargs: made.append(original(*args, **kwargs)) or made[-1])
+    runtime_bench.thread_table((1,), warmup=0, repeat=1)
+    settings = sorted((s.get_session_options().intra_op_num_threads, _entry(s, ALLOW_SPINNING)) for s in made)
+    assert settings == [(0, "0"), (0, "unset"), (1, "0")]  # unset = ORT's default, spinning on (1 thread: no pool to spin)
+
+
+def _entry(session, key):
+    try:
+        return session.get_session_options().get_session_config_entry(key)
+    except Exception:  # ORT raises for an entry that was never set
+        return "unset"
+
+
 def test_thread_table_and_summary_ratios():
     threads = runtime_bench.thread_table((1,), warmup=0, repeat=2)
     assert threads.baseline == runtime_bench.ORT_DEFAULT_THREADS
-    assert {t.name for t in threads.timings} == {runtime_bench.ORT_ONE_THREAD, runtime_bench.ORT_DEFAULT_THREADS}
+    assert {t.name for t in threads.timings} == {runtime_bench.ORT_ONE_THREAD, runtime_bench.ORT_DEFAULT_THREADS, runtime_bench.ORT_NO_SPINNING}
     frameworks = bench.BenchTable(
         [bench.Timing.from_samples("pytorch", 1, [0.004]), bench.Timing.from_samples("onnxruntime", 1, [0.001])], "pytorch"
     )
     ratios = runtime_bench.summary(frameworks, threads)
     assert ratios["onnxruntime/pytorch latency @ batch 1"] == pytest.approx(0.25)
     assert ratios["ort 1 thread/default latency @ batch 1"] == pytest.approx(threads.ratio(runtime_bench.ORT_ONE_THREAD, 1))
+    assert ratios["ort no spinning/default latency @ batch 1"] == pytest.approx(threads.ratio(runtime_bench.ORT_NO_SPINNING, 1))
 
 
 def test_command_line_prints_ratios_and_writes_json(tmp_path, monkeypatch, capsys):
@@ -100,9 +144,10 @@ def test_command_line_prints_ratios_and_writes_json(tmp_path, monkeypatch, capsy
     assert set(payload["ratios"]) == {
         "onnxruntime/pytorch latency @ batch 1", "onnxruntime/pytorch latency @ batch 4",
         "ort 1 thread/default latency @ batch 1", "ort 1 thread/default latency @ batch 4",
+        "ort no spinning/default latency @ batch 1", "ort no spinning/default latency @ batch 4",
     }
     assert all(value > 0 for value in payload["ratios"].values())
-    assert len(payload["threads"]) == 4 and len(payload["timings"]) == 4
+    assert len(payload["threads"]) == 6 and len(payload["timings"]) == 4
 
 
 def test_command_line_rejects_bad_arguments():

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import random
 import tempfile
 import warnings
 from pathlib import Path
 
 import onnxruntime as ort
 
-from labsupport.exercises import Exercise, Incorrect
-from labsupport.runtime import DISABLE_CPU_FALLBACK
+from labsupport.exercises import Exercise, Incorrect, NotAttempted
+from labsupport.runtime import CPU, DISABLE_CPU_FALLBACK
+
+AZURE = "AzureExecutionProvider"
 
 
 def _unavailable_provider() -> str:
@@ -21,6 +24,21 @@ def _unavailable_provider() -> str:
         if name not in available:
             return name
     raise RuntimeError("every provider of this onnxruntime build is available; exercise 1 cannot be checked here")
+
+
+def _other_available_provider() -> str | None:
+    """An available provider that is not the CPU's, if any: AzureExecutionProvider (in every PyPI build) first."""
+    others = [name for name in ort.get_available_providers() if name != CPU]
+    return AZURE if AZURE in others else next(iter(others), None)
+
+
+def _priority_lists() -> list[list[str]]:
+    """Lists whose real primary provider is neither the first requested one, nor the last one, nor always the CPU."""
+    missing, other = _unavailable_provider(), _other_available_provider()
+    lists = [[missing, CPU], [CPU, other or missing]]
+    if other:
+        lists.append([other, CPU])
+    return lists
 
 
 def _check_used_provider(used_provider) -> str:
@@ -34,23 +52,40 @@ def _check_used_provider_quietly(used_provider) -> str:
         raise Incorrect(f"expected a function (model_path, providers) -> provider name, got {type(used_provider).__name__}")
     from labsupport.models import ensure_digits_cnn
 
-    model = ensure_digits_cnn()
-    missing = _unavailable_provider()
-    cases = [[missing, "CPUExecutionProvider"], ["CPUExecutionProvider"]]
-    first_truth = ort.InferenceSession(str(model), providers=cases[0]).get_providers()[0]
-    for providers in cases:
-        truth = ort.InferenceSession(str(model), providers=providers).get_providers()[0]
-        got = used_provider(str(model), list(providers))
+    model = str(ensure_digits_cnn())
+    truths = []
+    for providers in _priority_lists():
+        truth = ort.InferenceSession(model, providers=providers).get_providers()[0]
+        got = used_provider(model, list(providers))
         if not isinstance(got, str):
             raise Incorrect(f"return the provider's name as a string (like 'CPUExecutionProvider'), got {type(got).__name__}")
-        if got == missing:
+        if got not in ort.get_available_providers():
             raise Incorrect(
-                f"for {providers} you returned {got}, the provider that was *requested*; "
-                "it is not available here, so the session runs on another one: ask the session"
+                f"for {providers} you returned {got}: it was requested, but it is not available here, "
+                "so the session cannot run on it; the list is only a wish, ask the session"
             )
         if got != truth:
-            raise Incorrect(f"for the priority list {providers} the session really runs on {truth}, you returned {got}")
-    return f"with {missing} first, the session really runs on {first_truth}"
+            raise Incorrect(f"for the priority list {providers} the session's primary provider is {truth}, you returned {got}")
+        truths.append(f"{providers[0]} first -> {truth}")
+    _require_a_session(used_provider)
+    return "you asked the session, not the list: " + "; ".join(truths)
+
+
+def _require_a_session(used_provider) -> None:
+    """A function that really opens a session fails on a file that is not an ONNX model."""
+    with tempfile.TemporaryDirectory() as folder:
+        not_a_model = Path(folder) / "not_a_model.onnx"
+        not_a_model.write_bytes(b"these bytes are not an ONNX model")
+        try:
+            got = used_provider(str(not_a_model), [CPU])
+        except NotAttempted:
+            raise
+        except Exception:  # noqa: BLE001 - ORT refusing the file is the expected outcome
+            return
+    raise Incorrect(
+        f"for a file that is not an ONNX model your function returned {got!r} without failing: "
+        "it never opened a session on the model; create one and ask it"
+    )
 
 
 def _fake_trace(path: Path, kernels: list[tuple[str, str, int]]) -> Path:
@@ -66,11 +101,20 @@ def _fake_trace(path: Path, kernels: list[tuple[str, str, int]]) -> Path:
     return path
 
 
+def _shuffled(kernels: list[tuple[str, str, int]], seed: int) -> list[tuple[str, str, int]]:
+    """The kernels in a fixed shuffled order (the seeds below put an op that is no typical answer first and last)."""
+    order = list(kernels)
+    random.Random(seed).shuffle(order)
+    return order
+
+
 # (node, op type, microseconds): Conv has the largest *total*, MatMul the longest single call,
-# Relu the most calls. The session events are far longer than any kernel.
-_TRACE_A = [("conv_1", "Conv", 60), ("relu_1", "Relu", 9), ("conv_2", "Conv", 55), ("relu_2", "Relu", 8),
-            ("relu_3", "Relu", 7), ("matmul", "MatMul", 80), ("add", "Add", 4)] * 3
-_TRACE_B = [("gemm", "Gemm", 300), ("relu", "Relu", 30), ("relu_b", "Relu", 30), ("relu_c", "Relu", 30), ("softmax", "Softmax", 120)] * 2
+# Relu the most calls; the first and the last kernel event are Add (A) and Softmax (B).
+# The session events are far longer than any kernel.
+_TRACE_A = _shuffled([("conv_1", "Conv", 60), ("relu_1", "Relu", 9), ("conv_2", "Conv", 55), ("relu_2", "Relu", 8),
+                      ("relu_3", "Relu", 7), ("matmul", "MatMul", 80), ("add", "Add", 4)] * 3, seed=15)
+_TRACE_B = _shuffled([("gemm", "Gemm", 300), ("relu", "Relu", 30), ("relu_b", "Relu", 30), ("relu_c", "Relu", 30),
+                      ("softmax", "Softmax", 120)] * 2, seed=37)
 
 
 def _check_slowest(slowest_op) -> str:
@@ -88,6 +132,9 @@ def _check_slowest(slowest_op) -> str:
                 raise Incorrect("MatMul has the longest single call, but Conv has the largest total time: sum per op type")
             if got == "Relu":
                 raise Incorrect("Relu runs most often, but that is a count: sum the durations ('dur') per op type")
+            if got != truth and got in (kernels[0][1], kernels[-1][1]):
+                raise Incorrect(f"{got!r} is the op of the first or last kernel event; events come in execution order: "
+                                "sum the durations ('dur') per op type")
             if got != truth:
                 raise Incorrect(f"in a test profile the operator type with the largest total time is {truth}, you returned {got!r}")
     return "you summed kernel time per operator type, as labsupport.profiling.Profile.hottest_op() does"
@@ -124,7 +171,7 @@ def _has_entry(options: ort.SessionOptions) -> bool:
 
 q1 = Exercise(
     1,
-    "which provider really runs the model?",
+    "which provider does the session really put first?",
     _check_used_provider,
     hint="Create ort.InferenceSession(model_path, providers=providers) and ask it: session.get_providers()[0] "
     "is the provider that gets first pick of the nodes. The list you passed in is only a wish.",
