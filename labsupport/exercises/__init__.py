@@ -6,6 +6,11 @@ replaces the placeholder ``____`` in the answer cell and runs ``q1.check(answer)
 print help. Checkers test behaviour (they run the learner's model or function on inputs), never
 the source text. ``q1.reference_answer()`` executes the printed solution, which the tests use to
 prove that every solution passes its own checker.
+
+Learner copies (``make student``, tools/student.py) call ``hide_solutions()`` before importing the
+exercises, and a classroom can set ``ONNX_LAB_SOLUTIONS=hidden`` for every kernel: then
+``solution()`` and ``reference_answer()`` reveal nothing. It keeps solutions out of sight, not
+secret: they ship in this package's source, which the notebooks need.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
 import pkgutil
 import textwrap
 from collections.abc import Callable, Iterator
@@ -49,6 +55,20 @@ class _Placeholder:
 
 
 ____ = _Placeholder()
+
+SOLUTIONS_VARIABLE = "ONNX_LAB_SOLUTIONS"
+_hidden_in_this_kernel = False
+
+
+def hide_solutions() -> None:
+    """Switch ``solution()`` and ``reference_answer()`` off in this kernel (what learner copies run first)."""
+    global _hidden_in_this_kernel
+    _hidden_in_this_kernel = True
+
+
+def solutions_hidden() -> bool:
+    """True after ``hide_solutions()``, or when ``$ONNX_LAB_SOLUTIONS`` is ``hidden`` (a classroom setting)."""
+    return _hidden_in_this_kernel or os.environ.get(SOLUTIONS_VARIABLE, "").strip().lower() == "hidden"
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
 
@@ -115,6 +135,11 @@ class Exercise:
     def __repr__(self) -> str:
         return f"Exercise {self.number}: {self.title}"
 
+    @property
+    def solution_code(self) -> str:
+        """The reference solution's source (for tools/student.py's solution copies; not shown in notebooks)."""
+        return self._solution
+
     def evaluate(self, answer: object) -> Outcome:
         """Check an answer and return the Outcome without printing."""
         if _contains_placeholder(answer):
@@ -144,11 +169,17 @@ class Exercise:
         print(f"Hint: {self._hint}")
 
     def solution(self) -> None:
-        """Print the reference solution (Python code that assigns ``answer``)."""
+        """Print the reference solution (Python code that assigns ``answer``), unless solutions are hidden."""
+        if solutions_hidden():
+            print(f"Solutions are switched off in this copy of the course; q{self.number}.hint() helps, "
+                  "and your teacher has the solutions.")
+            return
         print(f"Solution:\n{self._solution}")
 
     def reference_answer(self) -> Any:
         """Execute the reference solution in a fresh namespace and return its ``answer``."""
+        if solutions_hidden():
+            raise RuntimeError("solutions are switched off in this copy of the course (hide_solutions / $ONNX_LAB_SOLUTIONS)")
         namespace: dict[str, Any] = {}
         exec(compile(self._solution, f"<solution to exercise {self.number}>", "exec"), namespace)
         if "answer" not in namespace:
