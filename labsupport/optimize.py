@@ -2,21 +2,25 @@
 
 Introduced in notebook 07. ``optimize_to_file`` runs ORT's optimizer at one level and saves what
 it produced (offline optimization); ``op_counts`` / ``op_diff`` show what changed; ``level_table``
-does both for every level; ``creation_time`` measures the cost of optimizing at load.
+does both for every level; ``level_latency`` times every level the way notebook 05 teaches (threads
+pinned, spinning stated, one session at a time); ``creation_time`` measures the cost of optimizing at load.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from labsupport.bench import Timing
+from labsupport.bench import BenchTable, Timing, measure
 from labsupport.graph import ModelLike, load_model
+from labsupport.runtime import ALLOW_SPINNING
 
 # The levels in the order ORT applies them; each includes the ones before it.
 LEVELS: dict[str, ort.GraphOptimizationLevel] = {
@@ -47,12 +51,19 @@ def _model_source(model: ModelLike) -> str | bytes:
     return str(model)
 
 
-def session_options(level: str, *, optimized_path: Path | None = None, ort_format: bool = False, threads: int = 0) -> ort.SessionOptions:
-    """SessionOptions at ``level``, optionally saving the optimized model (ONNX, or ORT format) to ``optimized_path``."""
+def session_options(
+    level: str, *, optimized_path: Path | None = None, ort_format: bool = False, threads: int = 0, spinning: bool = True
+) -> ort.SessionOptions:
+    """SessionOptions at ``level`` with ``threads`` intra-op threads (0 = ORT's default) and idle-thread ``spinning``
+    (ORT's default: on), optionally saving the optimized model (ONNX, or ORT format) to ``optimized_path``."""
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        raise ValueError(f"threads must be a whole number >= 0 (0 = ORT's default), got {threads!r}")
     options = ort.SessionOptions()
     options.graph_optimization_level = _level(level)
     options.log_severity_level = QUIET
     options.intra_op_num_threads = threads
+    if not spinning:
+        options.add_session_config_entry(ALLOW_SPINNING, "0")
     if optimized_path is not None:
         options.optimized_model_filepath = str(optimized_path)
         if ort_format:
@@ -60,9 +71,10 @@ def session_options(level: str, *, optimized_path: Path | None = None, ort_forma
     return options
 
 
-def make_session(model: ModelLike, level: str = "all", *, threads: int = 0) -> ort.InferenceSession:
+def make_session(model: ModelLike, level: str = "all", *, threads: int = 0, spinning: bool = True) -> ort.InferenceSession:
     """A CPU InferenceSession of ``model`` with the graph optimizer at ``level``."""
-    return ort.InferenceSession(_model_source(model), session_options(level, threads=threads), providers=["CPUExecutionProvider"])
+    options = session_options(level, threads=threads, spinning=spinning)
+    return ort.InferenceSession(_model_source(model), options, providers=["CPUExecutionProvider"])
 
 
 def optimize_to_file(model: ModelLike, level: str, path: Path, *, ort_format: bool = False) -> Path:
@@ -106,18 +118,95 @@ def level_table(model: ModelLike, folder: Path, stem: str) -> list[dict[str, obj
     return rows
 
 
-def creation_time(model: ModelLike, level: str, *, repeat: int = 5) -> Timing:
+def creation_time(model: ModelLike, level: str, *, repeat: int = 5, threads: int = 0) -> Timing:
     """How long creating a session at ``level`` takes (optimizing at load is part of it), as a Timing."""
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
     source = _model_source(model)
-    options = session_options(level)
+    options = session_options(level, threads=threads)
     samples = []
     for _ in range(repeat):
         start = time.perf_counter()
         ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         samples.append(time.perf_counter() - start)
     return Timing.from_samples(f"create@{level}", 1, samples)
+
+
+@dataclass(frozen=True)
+class SessionTimings:
+    """Per-run wall-clock ``latency`` and CPU time of the calling thread (``cpu_time``), each candidate's best round."""
+
+    latency: BenchTable
+    cpu_time: BenchTable
+
+
+def _keep_faster(best: dict[str, Timing], timing: Timing) -> None:
+    if timing.name not in best or timing.median_ms < best[timing.name].median_ms:
+        best[timing.name] = timing
+
+
+def time_sessions(
+    factories: Mapping[str, Callable[[], ort.InferenceSession]],
+    feeds: dict[str, np.ndarray],
+    *,
+    baseline: str,
+    batch_size: int = 1,
+    warmup: int = 3,
+    repeat: int = 5,
+    rounds: int = 10,
+) -> SessionTimings:
+    """Time each session one at a time: build it, warm it up, time ``run(feeds)``, release it, then the next.
+
+    Only one session (and its thread pool) exists at a time, so none competes with another for the
+    cores. Each run is timed on the wall clock (``bench.measure``, as in notebook 05) and by the CPU
+    time of the calling thread, which is the whole cost of a run when the session has one intra-op
+    thread, and which other programs on a busy machine cannot inflate. The sweep is done ``rounds``
+    times and each candidate keeps its round with the lowest median, per measure.
+    """
+    if baseline not in factories:
+        raise KeyError(f"baseline {baseline!r} is not among the candidates {list(factories)}")
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    best_latency: dict[str, Timing] = {}
+    best_cpu: dict[str, Timing] = {}
+    for _ in range(rounds):
+        for name, factory in factories.items():
+            session = factory()
+            cpu_seconds: list[float] = []
+
+            def run() -> None:
+                start = time.thread_time()
+                session.run(None, feeds)
+                cpu_seconds.append(time.thread_time() - start)
+
+            _keep_faster(best_latency, measure(run, name=name, batch_size=batch_size, warmup=warmup, repeat=repeat))
+            _keep_faster(best_cpu, Timing.from_samples(name, batch_size, cpu_seconds[warmup:]))
+            del session, run  # release the session (and its threads) before the next one is built
+    return SessionTimings(BenchTable(list(best_latency.values()), baseline), BenchTable(list(best_cpu.values()), baseline))
+
+
+def level_latency(
+    model: ModelLike,
+    feeds: dict[str, np.ndarray],
+    *,
+    threads: int = 1,
+    spinning: bool = False,
+    batch_size: int = 1,
+    warmup: int = 3,
+    repeat: int = 5,
+    rounds: int = 10,
+) -> SessionTimings:
+    """Latency and CPU time per run of ``model`` at every level, threads pinned, one session at a time (notebook 07).
+
+    Ratios are against ``disable_all``. ``threads`` must be set explicitly (>= 1): ORT's default pool
+    size differs from machine to machine; with one thread, the CPU time is the whole cost of a run.
+    ``spinning`` is ORT's ``session.intra_op.allow_spinning``.
+    """
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be pinned to a whole number >= 1, got {threads!r}")
+    factories = {level: (lambda level=level: make_session(model, level, threads=threads, spinning=spinning)) for level in LEVELS}
+    return time_sessions(factories, feeds, baseline="disable_all", batch_size=batch_size,
+                         warmup=warmup, repeat=repeat, rounds=rounds)
 
 
 def run_all_levels(model: ModelLike, feeds: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:

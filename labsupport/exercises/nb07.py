@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 from labsupport.compare import compare
 from labsupport.exercises import Exercise, Incorrect
@@ -14,12 +15,59 @@ from labsupport.optimize import conv_bn_relu_model, make_session, op_counts, op_
 
 
 def _random_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Random inputs of each graph input's declared element type and shape (symbolic dimensions: 2)."""
     rng = np.random.default_rng(0)
+    initializers = {tensor.name for tensor in model.graph.initializer}
     feeds = {}
     for value in model.graph.input:
-        dims = [d.dim_value if d.HasField("dim_value") else 2 for d in value.type.tensor_type.shape.dim]
-        feeds[value.name] = rng.normal(size=dims).astype(np.float32)
+        if value.name in initializers:
+            continue
+        tensor_type = value.type.tensor_type
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+        except (KeyError, ValueError):
+            raise Incorrect(f"input {value.name!r} has no numeric tensor type; declare one (e.g. TensorProto.FLOAT)") from None
+        dims = [d.dim_value if d.HasField("dim_value") else 2 for d in tensor_type.shape.dim]
+        if dtype == np.bool_:
+            feeds[value.name] = rng.random(dims) < 0.5
+        elif np.issubdtype(dtype, np.integer):
+            feeds[value.name] = rng.integers(0 if np.issubdtype(dtype, np.unsignedinteger) else -3, 4, size=dims).astype(dtype)
+        else:
+            feeds[value.name] = rng.normal(size=dims).astype(dtype)
     return feeds
+
+
+def _constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The graph's constants by name: initializers that no graph input overrides, and Constant nodes' tensors."""
+    inputs = {value.name for value in model.graph.input}
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name not in inputs}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            for attribute in node.attribute:
+                if attribute.name == "value":
+                    values[node.output[0]] = numpy_helper.to_array(attribute.t)
+    return values
+
+
+def _nodes_reading_inputs(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Nodes that compute from a graph input (directly or through other nodes); the others read constants only."""
+    constant = {t.name for t in model.graph.initializer} - {value.name for value in model.graph.input}
+    reading = []
+    for node in model.graph.node:  # the checker has made sure they are in topological order
+        if all(name in constant for name in node.input if name):
+            constant.update(node.output)
+        else:
+            reading.append(node)
+    return reading
+
+
+def _computes_something_new(folded: onnx.ModelProto, original: dict[str, np.ndarray]) -> bool:
+    """True when one of the folded graph's initializers is not a value the original graph already held."""
+    known = list(original.values())
+    return any(
+        not any(value.shape == old.shape and np.array_equal(value, old) for old in known)
+        for value in (numpy_helper.to_array(t) for t in folded.graph.initializer)
+    )
 
 
 def _check_foldable(model) -> str:
@@ -31,33 +79,82 @@ def _check_foldable(model) -> str:
         raise Incorrect(f"the checker rejects the model: {str(error).splitlines()[0]}") from None
     if len(model.graph.node) < 3:
         raise Incorrect(f"your graph has {len(model.graph.node)} node(s); build one with at least 3 so that folding has work to do")
-    if not model.graph.input:
+    if not _random_feeds(model):
         raise Incorrect("the graph needs an input: a graph of constants only is not a model")
+    reading = _nodes_reading_inputs(model)
+    if len(reading) != 1:
+        raise Incorrect(f"{len(reading)} nodes compute from the graph input; constant folding only removes nodes whose inputs "
+                        "are all constants (initializers), so exactly one node may touch the input")
     with tempfile.TemporaryDirectory() as folder:
         folded = onnx.load(optimize_to_file(model, "basic", Path(folder) / "folded.onnx"))
     if len(folded.graph.node) != 1:
         raise Incorrect(f"after ORT's BASIC level {len(folded.graph.node)} nodes remain ({dict(op_counts(folded))}); "
-                        "only the node that touches the input should be left: make everything else depend on initializers only")
+                        "use ops on the constants that ORT can fold (Transpose, Mul, Add, Reshape ...)")
+    if not _computes_something_new(folded, _constant_values(model)):
+        raise Incorrect("the folded graph holds only values your graph already had: the constant nodes computed nothing "
+                        "(Identity-like nodes are removed, not folded); transform the constants, e.g. with Transpose or Mul")
     feeds = _random_feeds(model)
-    compare(make_session(model, "disable_all").run(None, feeds)[0], make_session(folded, "disable_all").run(None, feeds)[0], name="folded")
-    return f"{len(model.graph.node)} nodes fold into one {folded.graph.node[0].op_type}"
+    compare(make_session(model, "disable_all").run(None, feeds)[0], make_session(folded, "disable_all").run(None, feeds)[0],
+            name="folded", atol=1e-4, rtol=1e-3)
+    return f"{len(model.graph.node)} nodes fold into one {folded.graph.node[0].op_type} with a computed constant"
+
+
+def _identity_and_constants_model() -> onnx.ModelProto:
+    """x -> Identity -> Identity -> MatMul with 0.5 * W.T: what a careless exporter leaves (Identity chain, constant math)."""
+    weights = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "W")
+    half = numpy_helper.from_array(np.array(0.5, dtype=np.float32), "half")
+    nodes = [
+        helper.make_node("Identity", ["x"], ["x1"]),
+        helper.make_node("Identity", ["x1"], ["x2"]),
+        helper.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0]),
+        helper.make_node("Mul", ["Wt", "half"], ["Ws"]),
+        helper.make_node("MatMul", ["x2", "Ws"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "identity_and_constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], [weights, half])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def _unseen_models() -> list[tuple[str, onnx.ModelProto]]:
+    """Models the notebook does not show: two conv stacks of random, different depths and an Identity/constant graph."""
+    rng = np.random.default_rng()
+    depths = sorted(int(d) for d in rng.choice(np.arange(1, 6), size=2, replace=False))
+    stacks = [(f"a conv stack of {d} Conv-BatchNorm-Relu block(s)",
+               conv_bn_relu_model(blocks=d, channels=4, size=8, seed=int(rng.integers(1000)))) for d in depths]
+    return [*stacks, ("a graph with an Identity chain and constant arithmetic", _identity_and_constants_model())]
+
+
+def _removed_count_problem(got: dict[str, int], truth: dict[str, int]) -> str | None:
+    """What is wrong with ``got`` compared to ``truth``, without revealing ``truth``; None when right."""
+    extra = sorted(str(op) for op in got if op not in truth)
+    if extra:
+        return f"your dict names {', '.join(extra)}, whose count did not go down"
+    wrong = sorted(op for op in got if got[op] != truth[op])
+    if wrong:
+        return f"the count for {', '.join(wrong)} is wrong (you said {', '.join(str(got[op]) for op in wrong)})"
+    missing = len(truth.keys() - got.keys())
+    if missing:
+        return f"your dict misses {missing} op type(s) whose count went down"
+    return None
 
 
 def _check_removed_ops(removed_ops) -> str:
     if not callable(removed_ops):
         raise Incorrect(f"expected a function removed_ops(model, level) -> dict, got {type(removed_ops).__name__}")
-    model = conv_bn_relu_model(blocks=2, channels=4, size=8)
     with tempfile.TemporaryDirectory() as folder:
-        for level in ("basic", "extended"):
-            optimized = optimize_to_file(model, level, Path(folder) / f"{level}.onnx")
-            truth = {row["op"]: -row["change"] for row in op_diff(model, optimized) if row["change"] < 0}
-            got = removed_ops(model, level)
-            if not isinstance(got, dict):
-                raise Incorrect(f"removed_ops must return a dict {{op type: count}}, got {type(got).__name__}")
-            got = {op: int(count) for op, count in got.items() if count}
-            if got != truth:
-                raise Incorrect(f"at level {level!r} the optimizer removed {truth}, your function says {got}")
-    return "removed ops counted right at BASIC and EXTENDED"
+        for description, model in _unseen_models():
+            for level in ("basic", "extended"):
+                optimized = optimize_to_file(model, level, Path(folder) / f"{level}.onnx")
+                truth = {row["op"]: -row["change"] for row in op_diff(model, optimized) if row["change"] < 0}
+                got = removed_ops(model, level)
+                if not isinstance(got, dict):
+                    raise Incorrect(f"removed_ops must return a dict {{op type: count}}, got {type(got).__name__}")
+                if not all(isinstance(count, (int, np.integer)) and not isinstance(count, bool) for count in got.values()):
+                    raise Incorrect("the counts must be whole numbers (how many nodes of that op type were removed)")
+                problem = _removed_count_problem({op: int(count) for op, count in got.items() if count}, truth)
+                if problem:
+                    raise Incorrect(f"at level {level!r} on {description}: {problem}")
+    return "removed ops counted right on three models you had not seen, at BASIC and EXTENDED"
 
 
 def _check_offline(optimize_offline) -> str:
@@ -84,9 +181,10 @@ def _check_offline(optimize_offline) -> str:
 
 
 q1 = Exercise(
-    1, "a graph that folds to one node", _check_foldable,
+    1, "a constant subgraph that folds away", _check_foldable,
     hint="Start from initializers (say W and a scale), transform them with nodes that read only initializers "
-         "(Transpose, Mul, Add ...), and use the result once with the graph input (e.g. MatMul(x, result)).",
+         "(Transpose, Mul, Add ...), and use the result once with the graph input (e.g. MatMul(x, result)). "
+         "Nodes on the input path (Identity, Relu, Conv+BatchNorm) are removed or fused, not constant-folded.",
     solution_code="""
         import numpy as np
         from onnx import TensorProto, helper, numpy_helper
