@@ -14,9 +14,11 @@ Each public helper says in its docstring which notebook introduces it. Modules, 
 - ``runtime``, ``profiling``, ``bench``, ``runtime_bench``: sessions, providers, profiles, benchmarks (05)
 - ``quantization``, ``quantization_bench``: INT8/INT4 variants measured on size, accuracy, latency (06)
 - ``optimize``: ORT's graph optimizer levels, made visible (07)
-- ``serve``: start and load-test the inference service of ``deploy/service`` (08)
+- ``serve``, ``service_bench``: start and load-test the inference service of ``deploy/service``; batching bench (08)
 - ``edge``: the model in a browser, in Node.js and in the ``.ort`` format (09)
 - ``transformer``: a tiny decoder-only transformer with and without a KV cache (11)
+- ``hf``: Hugging Face models built locally, Optimum export, onnxruntime-genai generation (12)
+- ``lifecycle``: model versions in MLflow, the promotion gate, aliases pushed to the service (13)
 - ``kernels``: a second ONNX Runtime kernel path (``ONNX_LAB_KERNELS``) to prove outputs CPU-independent (tests, 06)
 """
 

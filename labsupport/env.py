@@ -1,7 +1,7 @@
 """What is installed and whether it is what the course was written for.
 
 Introduced in notebook 00. ``report()`` lists the course packages, Python, the ONNX Runtime
-providers and the CPU count; ``require(...)`` is the first line of every notebook's setup cell;
+providers and the CPU count (with the CPUs this process may really use: affinity and cgroup quota); ``require(...)`` is the first line of every notebook's setup cell;
 ``python -m labsupport doctor`` prints the report and exits non-zero with a list of problems.
 """
 
@@ -69,6 +69,8 @@ class EnvReport:
     packages: dict[str, str | None]
     providers: list[str]
     problems: list[str] = field(default_factory=list)
+    usable_cpus: int = 0  # what affinity and the cgroup quota leave of cpu_count (08 sizes thread pools by it)
+    cpu_limits: str = ""
 
     @property
     def ok(self) -> bool:
@@ -77,7 +79,7 @@ class EnvReport:
     def __str__(self) -> str:
         width = max(map(len, self.packages), default=10)
         lines = [
-            f"Python {self.python} on {self.platform}, {self.cpu_count} CPU cores",
+            f"Python {self.python} on {self.platform}, {self.cpu_limits or f'{self.cpu_count} CPU cores'}",
             *(f"  {name:<{width}}  {version or 'MISSING'}" for name, version in self.packages.items()),
             f"ONNX Runtime providers: {', '.join(self.providers) or 'none (onnxruntime missing)'}",
         ]
@@ -119,8 +121,18 @@ def check_versions(packages: list[str] | None = None, pins: dict[str, str] | Non
     return problems
 
 
+def cpu_budget():
+    """The CPUs this process may use (host count, affinity, cgroup quota): the service's ``onnx_service.cpus`` helper (08)."""
+    from labsupport.serve import service_package
+
+    service_package()
+    from deploy.service.onnx_service.cpus import cpu_budget as budget
+
+    return budget()
+
+
 def report(show: bool = True) -> EnvReport:
-    """Versions of every course package, Python, ORT providers and CPU count; printed unless show=False."""
+    """Versions of every course package, Python, ORT providers and CPU counts; printed unless show=False."""
     pins = pinned_versions()
     problems = check_versions(list(pins), pins)
     if sys.version_info[:2] != PYTHON_SERIES:
@@ -131,13 +143,16 @@ def report(show: bool = True) -> EnvReport:
         probe.unlink()
     except OSError as error:
         problems.append(f"the artifacts/ folder is not writable ({error.strerror}); check its permissions")
+    cpus = cpu_budget()
     result = EnvReport(
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",
-        cpu_count=os.cpu_count() or 1,
+        cpu_count=cpus.host,
         packages={name: installed_version(name) for name in pins},
         providers=_providers(),
         problems=problems,
+        usable_cpus=cpus.usable,
+        cpu_limits=cpus.describe(),
     )
     if show:
         print(result)

@@ -1,7 +1,7 @@
 """Start the course's inference service (``deploy/service``) as a real process, and load-test it.
 
-Introduced in notebook 08. ``start(model)`` runs ``python -m deploy.service`` on a free loopback
-port and waits for ``/ready``; the returned ``Service`` is a context manager whose ``stop()``
+Introduced in notebook 08. ``start(model)`` runs ``python -m deploy.service`` on loopback port 0
+(the service binds a free port itself and logs it; no probe-then-bind race) and waits for ``/ready``; the returned ``Service`` is a context manager whose ``stop()``
 shuts it down with SIGTERM (graceful) and returns the exit status. ``load_test`` sends a bounded
 number of requests at a fixed concurrency (threads, one HTTP connection each) and reports
 throughput and p50/p99 latency. Everything stays on 127.0.0.1.
@@ -13,6 +13,7 @@ import atexit
 import importlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,7 +23,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -58,6 +59,17 @@ def _stop_leftovers() -> None:
 
 
 atexit.register(_stop_leftovers)
+
+
+def _child_setup(cpus: frozenset[int] | None) -> Callable[[], None]:
+    """The function run in the child between fork and exec: pin it to ``cpus`` (if given), tie its life to ours."""
+
+    def setup() -> None:  # pragma: no cover - runs in the child
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        _die_with_parent()
+
+    return setup
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -143,18 +155,39 @@ def _check_loopback(url: str) -> None:
         raise ValueError(f"the course only calls services on this machine (127.0.0.1); got host {host!r}")
 
 
-def start(model: str | Path, *, workers: int = 1, handler: str = "threadpool", ready_timeout: float = 90.0, **settings: object) -> Service:
-    """Start ``python -m deploy.service`` for ``model`` on a free 127.0.0.1 port and wait until GET /ready answers 200.
+_LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 
-    ``settings`` are service settings in lower case (``threads``, ``max_batch``, ``max_body_bytes``,
-    ``model_sha256``...). Raises ServiceError with the service's own message if it exits or never gets ready.
+
+def _bound_port(log_text: str) -> int | None:
+    """The port the service bound, from uvicorn's "Uvicorn running on http://127.0.0.1:PORT" log line."""
+    match = _LISTENING.search(log_text)
+    return int(match.group(1)) if match else None
+
+
+def start(
+    model: str | Path,
+    *,
+    workers: int = 1,
+    handler: str = "threadpool",
+    ready_timeout: float = 90.0,
+    cpus: set[int] | None = None,
+    **settings: object,
+) -> Service:
+    """Start ``python -m deploy.service`` for ``model`` on 127.0.0.1, port 0, and wait until GET /ready answers 200.
+
+    The service binds a free port itself; ``Service.port`` is the one it reports. ``settings`` are
+    service settings in lower case (``threads``, ``max_batch``, ``batching``, ``model_sha256``...);
+    ``cpus`` pins the process to those CPUs (Linux affinity, like ``taskset``). Raises ServiceError
+    with the service's own message if it exits or never gets ready.
     """
     import httpx
 
     if workers < 1 or workers > 8:
         raise ValueError(f"workers must be between 1 and 8 on a laptop, got {workers}")
-    port = free_port()
-    env = service_env(model, port, workers=workers, handler=handler, **settings)
+    if cpus is not None and not hasattr(os, "sched_setaffinity"):
+        raise ValueError("cpus= needs CPU affinity masks, which only Linux has")
+    settings.setdefault("log_level", "info")  # the port is read from uvicorn's info line
+    env = service_env(model, 0, workers=workers, handler=handler, **settings)
     handle, log_name = tempfile.mkstemp(prefix="onnx-service-", suffix=".log")
     log_path = Path(log_name)
     _LOGS.append(log_path)
@@ -167,21 +200,24 @@ def start(model: str | Path, *, workers: int = 1, handler: str = "threadpool", r
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in the notebook does not reach it; stop() does
-            preexec_fn=_die_with_parent,
+            preexec_fn=_child_setup(frozenset(cpus) if cpus else None),
         )
     _RUNNING.add(process)
-    service = Service(process, f"http://127.0.0.1:{port}", port, log_path, {"workers": workers, "handler": handler, **settings})
+    service = Service(process, "", 0, log_path, {"workers": workers, "handler": handler, **settings})
     deadline = time.monotonic() + ready_timeout
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise ServiceError(f"the service exited with status {process.returncode} before it was ready:\n{service.log_text()[-2000:]}")
-            try:
-                if client.get(service.url + "/ready").status_code == 200:
-                    return service
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+            port = service.port or _bound_port(service.log_text())
+            if port:
+                service.port, service.url = port, f"http://127.0.0.1:{port}"
+                try:
+                    if client.get(service.url + "/ready").status_code == 200:
+                        return service
+                except httpx.TransportError:
+                    pass
+            time.sleep(0.05)
     service.stop()
     raise ServiceError(f"the service was not ready after {ready_timeout:.0f} s:\n{service.log_text()[-2000:]}")
 
@@ -191,7 +227,7 @@ def run_to_exit(model: str | Path, timeout: float = 60.0, **settings: object) ->
 
     Raises ServiceError if it is still running after ``timeout`` seconds (it then gets stopped).
     """
-    env = service_env(model, free_port(), **settings)
+    env = service_env(model, 0, **settings)
     try:
         return subprocess.run([sys.executable, "-m", SERVICE_MODULE], cwd=repo_root(), env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -389,8 +425,6 @@ def load_test(
 
 def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Samples of a Prometheus text exposition: ``{(metric name, ((label, value), ...)): value}``."""
-    import re
-
     sample = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
     label = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
     samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}

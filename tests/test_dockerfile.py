@@ -16,6 +16,7 @@ from labsupport.paths import repo_root
 
 serve.service_package()
 from deploy.service.onnx_service import triton  # noqa: E402
+from deploy.service.onnx_service.config import PREFIX, Settings  # noqa: E402
 
 SERVICE = repo_root() / "deploy" / "service"
 
@@ -104,6 +105,54 @@ def test_triton_repository_structure(tmp_path):
             assert entry["dims"] == list(arg.shape[1:])  # batch dimension left out when max_batch_size > 0
     assert parsed["instance_group"] == [{"count": 2, "kind": "KIND_CPU"}]
     assert parsed["dynamic_batching"] == {"max_queue_delay_microseconds": 100}
+
+
+def _dockerfile_env() -> dict[str, str]:
+    env = {}
+    for op, args in _instructions():
+        if op == "ENV":
+            for item in shlex.split(args):
+                key, _, value = item.partition("=")
+                env[key] = value
+    return env
+
+
+def test_dockerfile_service_settings_are_valid_and_batching_is_opt_in():
+    env = {key: value for key, value in _dockerfile_env().items() if key.startswith(PREFIX) and "${" not in value}
+    settings = Settings.from_env(env)  # raises ConfigError for any invalid value
+    assert settings.batching is False and settings.host == "0.0.0.0"
+    assert {f"{PREFIX}BATCHING", f"{PREFIX}BATCH_MAX_SIZE", f"{PREFIX}BATCH_MAX_WAIT_MS", f"{PREFIX}BATCH_QUEUE_LIMIT"} <= set(env)
+    assert Settings.from_env({**env, f"{PREFIX}BATCHING": "1"}).batching
+
+
+# the fields of Triton's ModelDynamicBatching and ModelQueuePolicy messages (model_config.proto)
+DYNAMIC_BATCHING_FIELDS = {
+    "preferred_batch_size", "max_queue_delay_microseconds", "preserve_ordering", "priority_levels",
+    "default_priority_level", "default_queue_policy", "priority_queue_policy",
+}
+QUEUE_POLICY_FIELDS = {"timeout_action", "default_timeout_microseconds", "allow_timeout_override", "max_queue_size"}
+
+
+def test_triton_dynamic_batching_block_matches_the_service_batcher(tmp_path):
+    settings = Settings(batching=True, max_batch=64, batch_max_size=32, batch_max_wait_ms=2.5, batch_queue_limit=128)
+    block = triton.DynamicBatching.from_settings(settings)
+    config = triton.write_repository(ensure_digits_cnn(), tmp_path, max_batch=settings.max_batch, batching=block)
+    parsed = triton.parse_pbtxt(config.read_text())
+    batching = parsed["dynamic_batching"]
+    assert set(batching) <= DYNAMIC_BATCHING_FIELDS and set(batching["default_queue_policy"]) <= QUEUE_POLICY_FIELDS
+    assert batching["max_queue_delay_microseconds"] == 2500  # the service waits in ms, Triton in microseconds
+    assert batching["preferred_batch_size"] == [32] and all(1 <= size <= parsed["max_batch_size"] for size in batching["preferred_batch_size"])
+    assert batching["default_queue_policy"]["max_queue_size"] == 128  # Triton rejects beyond it, like the service's 503
+    with pytest.raises(triton.TritonError, match="between 1 and max_batch_size 16"):
+        triton.config_text("m", [], [], max_batch=16, batching=triton.DynamicBatching(preferred_batch_sizes=(32,)))
+
+
+def test_triton_command_line_takes_the_batching_settings_from_the_environment(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(f"{PREFIX}BATCH_MAX_WAIT_MS", "4")
+    monkeypatch.setenv(f"{PREFIX}BATCH_QUEUE_LIMIT", "10")
+    assert triton.main([str(ensure_digits_cnn()), str(tmp_path), "--from-env"]) == 0
+    printed = triton.parse_pbtxt(capsys.readouterr().out)
+    assert printed["dynamic_batching"] == {"preferred_batch_size": [32], "max_queue_delay_microseconds": 4000, "default_queue_policy": {"max_queue_size": 10}}
 
 
 def test_triton_without_batching_keeps_all_dims_and_refuses_bad_names(tmp_path):

@@ -61,6 +61,7 @@ def test_report_lists_packages_providers_and_cpus(capsys):
     printed = capsys.readouterr().out
     assert result.ok, result.problems
     assert "CPUExecutionProvider" in result.providers and result.cpu_count >= 1
+    assert 1 <= result.usable_cpus <= result.cpu_count and f"{result.usable_cpus} usable CPUs" in printed
     assert set(result.packages) == set(env.pinned_versions())
     assert "onnxruntime" in printed and "All checks passed." in printed
 

@@ -2,8 +2,9 @@
 
 Modules: ``config`` (settings from environment variables), ``model`` (load + verify + run the
 model), ``validation`` (request checks derived from the model's input signature), ``metrics``
-(Prometheus text format), ``app`` (the FastAPI application), ``triton`` (a Triton Inference
-Server model repository for the same model). Start it with ``python -m onnx_service``.
+(Prometheus text format), ``cpus`` (the CPUs the process may use: affinity and cgroup quota),
+``batching`` (dynamic batching of concurrent requests), ``app`` (the FastAPI application),
+``triton`` (a Triton Inference Server model repository for the same model). Start it with ``python -m onnx_service``.
 """
 
 __version__ = "1.0.0"

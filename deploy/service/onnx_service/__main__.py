@@ -13,8 +13,11 @@ import os
 import signal
 import sys
 
+from .app import create_app
 from .config import HANDLERS, ConfigError, Settings
+from .cpus import cpu_budget
 from .model import ModelError, load_model
+from .routing import RoutingError
 
 EXIT_BAD_CONFIG = 2
 
@@ -34,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-batch", type=int, help="most examples per request (ONNX_SERVICE_MAX_BATCH, default 64)")
     parser.add_argument("--max-body-bytes", type=int, help="largest request body (ONNX_SERVICE_MAX_BODY_BYTES, default 1048576)")
     parser.add_argument("--handler", choices=HANDLERS, help="threadpool (default) or naive (blocks the event loop; for the notebook)")
+    parser.add_argument("--batching", action="store_true", default=None, help="dynamic batching of concurrent requests (ONNX_SERVICE_BATCHING, default off)")
+    parser.add_argument("--batch-max-size", type=int, help="most examples in one merged batch (ONNX_SERVICE_BATCH_MAX_SIZE, default 32)")
+    parser.add_argument("--batch-max-wait-ms", type=float, help="longest wait for more requests, ms (ONNX_SERVICE_BATCH_MAX_WAIT_MS, default 2)")
+    parser.add_argument("--batch-queue-limit", type=int, help="most queued requests before 503 (ONNX_SERVICE_BATCH_QUEUE_LIMIT, default 256)")
+    parser.add_argument("--routing", help="JSON routing document: versions, aliases, split, shadow (ONNX_SERVICE_ROUTING)")
     parser.add_argument("--log-level", help="uvicorn log level (ONNX_SERVICE_LOG_LEVEL, default info)")
     return parser
 
@@ -46,13 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env(**overrides)
         model = load_model(settings.model, settings.model_sha256, settings.threads, settings.model_name)
-    except (ConfigError, ModelError) as error:
+        app = create_app(settings, model)  # loads and checks the routing document's versions too
+    except (ConfigError, ModelError, RoutingError) as error:
         print(f"onnx_service: cannot start: {error}", file=sys.stderr, flush=True)
         return EXIT_BAD_CONFIG
     logging.getLogger("onnx_service").info(
-        "model %s ready: opset %d, input %s %s %s, sha256 %s; handler=%s, workers=%d, threads=%d, max_batch=%d",
+        "model %s ready: opset %d, input %s %s %s, sha256 %s; handler=%s, workers=%d, threads=%d, max_batch=%d; CPUs: %s; batching: %s",
         model.name, model.opset, model.input.name, model.input.type, list(model.input.shape), model.sha256[:12],
-        settings.handler, settings.workers, settings.threads, settings.max_batch,
+        settings.handler, settings.workers, settings.threads, settings.max_batch, cpu_budget().describe(),
+        f"max {settings.batch_max_size} examples, wait {settings.batch_max_wait_ms:g} ms, queue {settings.batch_queue_limit}" if settings.batching else "off",
     )
     import uvicorn
 
@@ -68,9 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal; exit with status 0 for it
     signal.signal(signal.SIGTERM, _exit_cleanly)
     if settings.workers == 1:
-        from .app import create_app
-
-        uvicorn.run(create_app(settings, model), lifespan="off", **common)
+        uvicorn.run(app, lifespan="off", **common)
     else:
         os.environ.update(settings.to_env())  # the worker processes rebuild the settings from these
         uvicorn.run(f"{__package__}.app:app_from_env", factory=True, workers=settings.workers, lifespan="off", **common)

@@ -29,6 +29,12 @@ class Settings:
     max_batch: int = 64  # most examples accepted in one request
     max_body_bytes: int = 1_048_576  # largest request body accepted (1 MiB)
     handler: str = "threadpool"  # "threadpool" (inference off the event loop) or "naive" (blocks it; for the notebook)
+    batching: bool = False  # dynamic batching: concurrent /predict requests are queued and run as one batch
+    batch_max_size: int = 32  # most examples in one merged batch (a larger single request runs alone)
+    batch_max_wait_ms: float = 2.0  # longest wait for more requests after the first one arrives
+    batch_queue_limit: int = 256  # most requests waiting; beyond it /predict answers 503 with Retry-After
+    routing: str = ""  # a JSON routing document: several versions, aliases, split, shadow (notebook 13); empty = MODEL only
+    admin_token: str = ""  # enables PUT /admin/routing for callers sending "Authorization: Bearer <token>"; empty = off
     log_level: str = "info"
     access_log: bool = False  # one log line per request (off: it costs throughput)
 
@@ -58,9 +64,13 @@ class Settings:
             raise bad("model_sha256", "64 hexadecimal digits (the output of sha256sum)")
         if not 0 <= self.port <= 65535:
             raise bad("port", "a port number 0-65535")
-        for name, low, high in (("workers", 1, 64), ("threads", 1, 256), ("max_batch", 1, 1_000_000)):
+        for name, low, high in (("workers", 1, 64), ("threads", 1, 256), ("max_batch", 1, 1_000_000), ("batch_max_size", 1, 1_000_000), ("batch_queue_limit", 1, 1_000_000)):
             if not low <= getattr(self, name) <= high:
                 raise bad(name, f"a whole number from {low} to {high}")
+        if not 0 <= self.batch_max_wait_ms <= 1000:
+            raise bad("batch_max_wait_ms", "milliseconds from 0 to 1000")
+        if self.batching and self.handler != "threadpool":
+            raise bad("handler", "threadpool when ONNX_SERVICE_BATCHING=1 (the batcher runs inference off the event loop)")
         if self.max_body_bytes < 1024:
             raise bad("max_body_bytes", "at least 1024 bytes")
         if self.handler not in HANDLERS:
@@ -80,6 +90,11 @@ def _convert(name: str, raw: str, kind: object) -> object:
             return int(raw)
         except ValueError:
             raise ConfigError(f"{PREFIX}{name.upper()}={raw!r}: expected a whole number") from None
+    if kind == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}{name.upper()}={raw!r}: expected a number") from None
     if kind == "bool":
         if raw.lower() in {"1", "true", "yes", "on"}:
             return True

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+QUEUE_BUCKETS = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -22,6 +24,15 @@ def _labels(pairs: dict[str, str]) -> str:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _powers_of_two(limit: int) -> tuple[int, ...]:
+    """Bucket bounds 1, 2, 4, ... below ``limit``, then ``limit`` itself."""
+    bounds, size = [], 1
+    while size < limit:
+        bounds.append(size)
+        size *= 2
+    return tuple(bounds + [limit])
 
 
 class Histogram:
@@ -57,18 +68,22 @@ class Histogram:
 class Metrics:
     """The service's counters and histograms; thread-safe; ``render()`` gives the /metrics text."""
 
-    def __init__(self, max_batch: int, model_info: dict[str, str] | None = None):
+    def __init__(self, max_batch: int, model_info: dict[str, str] | None = None, batch_max_size: int = 0):
         self._lock = threading.Lock()
         self.requests: dict[tuple[str, str, str], int] = defaultdict(int)
         self.latency = Histogram(LATENCY_BUCKETS)
         self.inference = Histogram(LATENCY_BUCKETS)
-        batch_buckets, size = [], 1
-        while size < max_batch:
-            batch_buckets.append(size)
-            size *= 2
-        self.batch = Histogram(tuple(batch_buckets + [max_batch]))
+        self.batch = Histogram(_powers_of_two(max_batch))
         self.in_flight = 0
         self.model_info = model_info or {}
+        # dynamic batching (batch_max_size > 0): examples per merged run, queue wait per request, queue depth
+        self.batching = batch_max_size > 0
+        self.run_size = Histogram(_powers_of_two(max(batch_max_size, 1)))
+        self.queue_wait = Histogram(QUEUE_BUCKETS)
+        self.queue_depth: Callable[[], int] = lambda: 0
+        # model versions (notebook 13): requests answered per version and alias, shadow agreement per version
+        self.versions: dict[tuple[str, str], int] = defaultdict(int)
+        self.shadow: dict[tuple[str, str], int] = defaultdict(int)
 
     def request_started(self) -> None:
         with self._lock:
@@ -85,6 +100,34 @@ class Metrics:
             self.batch.observe(batch_size)
             self.inference.observe(seconds)
 
+    def observe_request_size(self, batch_size: int) -> None:
+        """Examples in one accepted request whose inference ran in a merged batch (recorded by ``observe_batch``)."""
+        with self._lock:
+            self.batch.observe(batch_size)
+
+    def observe_batch(self, examples: int, seconds: float, waits: list[float]) -> None:
+        """One merged run of the batcher: its size and inference time, and how long each of its requests queued."""
+        with self._lock:
+            self.run_size.observe(examples)
+            self.inference.observe(seconds)
+            for wait in waits:
+                self.queue_wait.observe(wait)
+
+    def observe_version(self, version: str, alias: str) -> None:
+        """One /predict request answered by ``version`` under ``alias`` (champion or challenger)."""
+        with self._lock:
+            self.versions[(version, alias)] += 1
+
+    def observe_shadow(self, version: str, predictions: list | None, served: list, skipped: bool = False) -> None:
+        """A shadow run: examples where it agreed or disagreed with the answer served, or why it did not run."""
+        with self._lock:
+            if predictions is None:
+                self.shadow[(version, "skipped" if skipped else "failed")] += len(served)
+                return
+            agree = sum(1 for mine, theirs in zip(predictions, served) if mine == theirs)
+            self.shadow[(version, "agree")] += agree
+            self.shadow[(version, "disagree")] += len(served) - agree
+
     def render(self) -> str:
         """The Prometheus text exposition of every metric."""
         with self._lock:
@@ -95,7 +138,7 @@ class Metrics:
                 "# HELP onnx_service_request_duration_seconds Time from request start to response end, by path.",
                 "# TYPE onnx_service_request_duration_seconds histogram",
                 *self.latency.lines("onnx_service_request_duration_seconds", ("path",)),
-                "# HELP onnx_service_inference_duration_seconds Time spent in session.run per /predict request.",
+                "# HELP onnx_service_inference_duration_seconds Time spent in session.run per /predict request (per merged batch with batching on).",
                 "# TYPE onnx_service_inference_duration_seconds histogram",
                 *self.inference.lines("onnx_service_inference_duration_seconds", ()),
                 "# HELP onnx_service_batch_size Examples per accepted /predict request.",
@@ -108,4 +151,27 @@ class Metrics:
                 "# TYPE onnx_service_model_info gauge",
                 f"onnx_service_model_info{_labels(self.model_info)} 1",
             ]
+            lines += [
+                "# HELP onnx_service_version_requests_total /predict requests answered, by model version and alias.",
+                "# TYPE onnx_service_version_requests_total counter",
+                *(f"onnx_service_version_requests_total{_labels({'version': v, 'alias': a})} {n}" for (v, a), n in sorted(self.versions.items())),
+            ]
+            if self.shadow:
+                lines += [
+                    "# HELP onnx_service_shadow_examples_total Examples run by the shadow version: agree/disagree with the answer served, skipped (busy), failed.",
+                    "# TYPE onnx_service_shadow_examples_total counter",
+                    *(f"onnx_service_shadow_examples_total{_labels({'version': v, 'outcome': o})} {n}" for (v, o), n in sorted(self.shadow.items())),
+                ]
+            if self.batching:
+                lines += [
+                    "# HELP onnx_service_batcher_batch_size Examples per merged batch run by the dynamic batcher.",
+                    "# TYPE onnx_service_batcher_batch_size histogram",
+                    *self.run_size.lines("onnx_service_batcher_batch_size", ()),
+                    "# HELP onnx_service_batcher_queue_wait_seconds Time a request waited in the batcher's queue.",
+                    "# TYPE onnx_service_batcher_queue_wait_seconds histogram",
+                    *self.queue_wait.lines("onnx_service_batcher_queue_wait_seconds", ()),
+                    "# HELP onnx_service_batcher_queue_depth Requests waiting in the batcher's queue now.",
+                    "# TYPE onnx_service_batcher_queue_depth gauge",
+                    f"onnx_service_batcher_queue_depth {self.queue_depth()}",
+                ]
         return "\n".join(lines) + "\n"

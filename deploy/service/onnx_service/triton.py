@@ -1,7 +1,9 @@
 """A model repository for NVIDIA Triton Inference Server's ONNX Runtime backend, generated from the model itself.
 
 Layout written: ``<repository>/<name>/config.pbtxt`` and ``<repository>/<name>/1/model.onnx``.
-Run: ``python -m onnx_service.triton MODEL.onnx REPOSITORY [--name NAME] [--max-batch 64] [--instances 1]``.
+Run: ``python -m onnx_service.triton MODEL.onnx REPOSITORY [--name NAME] [--max-batch 64] [--instances 1]``;
+``--from-env`` takes the batching settings from the service's ``ONNX_SERVICE_*`` variables, so that
+Triton's ``dynamic_batching`` block matches this service's batcher (max wait, batch size, queue limit).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import re
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +53,35 @@ def _tensor_block(kind: str, specs: list[Any], batched: bool) -> str:
     return f"{kind} [\n" + ",\n".join(items) + "\n]"
 
 
-def config_text(name: str, inputs: list[Any], outputs: list[Any], max_batch: int = 64, instances: int = 1, queue_delay_us: int = 100) -> str:
+@dataclass(frozen=True)
+class DynamicBatching:
+    """Triton's ``dynamic_batching`` settings, in the service's terms: max wait, preferred batch sizes, queue limit."""
+
+    queue_delay_us: int = 100  # max_queue_delay_microseconds: the service's batch_max_wait_ms * 1000
+    preferred_batch_sizes: tuple[int, ...] = ()  # run at once when a batch of one of these sizes can be formed
+    max_queue_size: int = 0  # default_queue_policy.max_queue_size: reject beyond it (0 = unbounded)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> DynamicBatching:
+        """The block matching the service's batcher settings (``Settings.batch_*``)."""
+        return cls(round(settings.batch_max_wait_ms * 1000), (settings.batch_max_size,), settings.batch_queue_limit)
+
+    def text(self, max_batch: int) -> str:
+        """The ``dynamic_batching { ... }`` block; raises TritonError for sizes Triton would refuse."""
+        if self.queue_delay_us < 0 or self.max_queue_size < 0:
+            raise TritonError(f"queue delay and queue size must be >= 0, got {self.queue_delay_us} and {self.max_queue_size}")
+        wrong = [size for size in self.preferred_batch_sizes if not 1 <= size <= max_batch]
+        if wrong:
+            raise TritonError(f"preferred batch sizes {wrong} must be between 1 and max_batch_size {max_batch}")
+        lines = [f"  max_queue_delay_microseconds: {self.queue_delay_us}"]
+        if self.preferred_batch_sizes:
+            lines.insert(0, f"  preferred_batch_size: [ {', '.join(map(str, self.preferred_batch_sizes))} ]")
+        if self.max_queue_size:
+            lines.append(f"  default_queue_policy {{\n    max_queue_size: {self.max_queue_size}\n  }}")
+        return "dynamic_batching {\n" + "\n".join(lines) + "\n}"
+
+
+def config_text(name: str, inputs: list[Any], outputs: list[Any], max_batch: int = 64, instances: int = 1, batching: DynamicBatching | None = None) -> str:
     """The config.pbtxt text (protobuf text format of Triton's ModelConfig) for a model's inputs and outputs."""
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
         raise TritonError(f"model name {name!r}: use letters, digits, '_', '-' or '.' (it is also a folder name)")
@@ -66,12 +97,19 @@ def config_text(name: str, inputs: list[Any], outputs: list[Any], max_batch: int
         f"instance_group [\n  {{\n    count: {instances}\n    kind: KIND_CPU\n  }}\n]",
     ]
     if batched:
-        parts.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {queue_delay_us}\n}}")
+        parts.append((batching or DynamicBatching()).text(max_batch))
     parts.append('version_policy: { latest: { num_versions: 1 } }')
     return "\n".join(parts) + "\n"
 
 
-def write_repository(model_path: str | Path, repository: str | Path, name: str | None = None, max_batch: int = 64, instances: int = 1) -> Path:
+def write_repository(
+    model_path: str | Path,
+    repository: str | Path,
+    name: str | None = None,
+    max_batch: int = 64,
+    instances: int = 1,
+    batching: DynamicBatching | None = None,
+) -> Path:
     """Write ``repository/<name>/config.pbtxt`` and ``repository/<name>/1/model.onnx``; returns the config path."""
     import onnxruntime as ort
 
@@ -80,7 +118,7 @@ def write_repository(model_path: str | Path, repository: str | Path, name: str |
         raise FileNotFoundError(f"model file not found: {model_path}")
     session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     name = name or model_path.stem
-    text = config_text(name, session.get_inputs(), session.get_outputs(), max_batch, instances)
+    text = config_text(name, session.get_inputs(), session.get_outputs(), max_batch, instances, batching)
     folder = Path(repository) / name
     (folder / "1").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(model_path, folder / "1" / "model.onnx")
@@ -162,8 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name")
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--instances", type=int, default=1)
+    parser.add_argument("--from-env", action="store_true", help="dynamic_batching from the service's ONNX_SERVICE_BATCH_* settings")
     args = parser.parse_args(argv)
-    config = write_repository(args.model, args.repository, args.name, args.max_batch, args.instances)
+    batching = None
+    if args.from_env:
+        from .config import Settings
+
+        batching = DynamicBatching.from_settings(Settings.from_env())
+    config = write_repository(args.model, args.repository, args.name, args.max_batch, args.instances, batching)
     print(config.read_text(encoding="utf-8"), end="")
     return 0
 

@@ -1,0 +1,119 @@
+"""Several versions of a model behind one endpoint: aliases, a deterministic traffic split, a shadow version.
+
+A ``Router`` is immutable. Changing the routing (``PUT /admin/routing``) loads the new versions
+first, then replaces the router in one assignment: a request in flight keeps the router, and so
+the model, it started with, and no request ever sees a half-built state (notebook 13).
+
+The routing document (JSON)::
+
+    {"versions": {"1": "models/v1.onnx", "2": "models/v2.onnx"},
+     "aliases": {"champion": "1", "challenger": "2"},
+     "challenger_percent": 10,
+     "shadow": "2"}
+
+``champion`` answers every request, except the ``challenger_percent`` of request keys
+(``X-Request-Key`` header) whose hash falls below it: the same key always gets the same version.
+``shadow`` (optional) also runs every request; its answers are compared and counted, never returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .model import LoadedModel
+
+CHAMPION, CHALLENGER = "champion", "challenger"
+KEY_HEADER = "x-request-key"
+
+
+class RoutingError(ValueError):
+    """A routing document the service refuses; the message says what is wrong."""
+
+
+@dataclass
+class Version:
+    """One loaded version and what runs it (its own batcher when batching is on: batches never mix versions)."""
+
+    name: str
+    model: LoadedModel
+    runner: Any = None
+
+
+def bucket(key: str) -> int:
+    """The request key's bucket, 0-99: the first 4 bytes of its sha256, modulo 100 (stable across processes)."""
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:4], "big") % 100
+
+
+@dataclass(frozen=True)
+class Router:
+    """Versions by name, aliases to them, the challenger's share of request keys and the shadow version."""
+
+    versions: Mapping[str, Version]
+    aliases: Mapping[str, str]
+    challenger_percent: int = 0
+    shadow: str | None = None
+    paths: Mapping[str, str] = field(default_factory=dict)
+
+    def pick(self, key: str | None) -> tuple[str, Version]:
+        """(alias, version) answering a request with this key: the challenger for its share of keys, else the champion."""
+        challenger = self.aliases.get(CHALLENGER)
+        if key and challenger and self.challenger_percent and bucket(key) < self.challenger_percent:
+            return CHALLENGER, self.versions[challenger]
+        return CHAMPION, self.versions[self.aliases[CHAMPION]]
+
+    def describe(self) -> dict[str, Any]:
+        """Versions (name, file, sha256), aliases, split and shadow: what GET /admin/routing shows."""
+        return {
+            "versions": {name: {"model": v.model.name, "file": v.model.path.name, "sha256": v.model.sha256, "opset": v.model.opset} for name, v in self.versions.items()},
+            "aliases": dict(self.aliases),
+            "challenger_percent": self.challenger_percent,
+            "shadow": self.shadow,
+        }
+
+
+def single(name: str, model: LoadedModel, runner: Any = None) -> Router:
+    """The router of a service started with one model: that model is the champion."""
+    return Router({name: Version(name, model, runner)}, {CHAMPION: name}, paths={name: str(model.path)})
+
+
+def _check_document(document: Any) -> tuple[dict[str, str], dict[str, str], int, str | None]:
+    if not isinstance(document, dict):
+        raise RoutingError('expected a JSON object like {"versions": {...}, "aliases": {"champion": ...}}')
+    versions, aliases = document.get("versions"), document.get("aliases")
+    if not isinstance(versions, dict) or not versions or not all(isinstance(v, str) for v in versions.values()):
+        raise RoutingError('"versions" must map version names to .onnx paths, e.g. {"1": "models/v1.onnx"}')
+    if not isinstance(aliases, dict) or CHAMPION not in aliases:
+        raise RoutingError('"aliases" must name the champion version, e.g. {"champion": "1"}')
+    unknown = {alias: name for alias, name in aliases.items() if name not in versions}
+    if unknown or set(aliases) - {CHAMPION, CHALLENGER}:
+        raise RoutingError(f"aliases must be champion/challenger and point at listed versions {sorted(versions)}; got {aliases}")
+    percent = document.get("challenger_percent", 0)
+    if not isinstance(percent, int) or isinstance(percent, bool) or not 0 <= percent <= 100:
+        raise RoutingError(f'"challenger_percent" must be a whole number 0-100, got {percent!r}')
+    if percent and CHALLENGER not in aliases:
+        raise RoutingError('"challenger_percent" > 0 needs a "challenger" alias')
+    shadow = document.get("shadow")
+    if shadow is not None and shadow not in versions:
+        raise RoutingError(f'"shadow" must be one of the versions {sorted(versions)} or null, got {shadow!r}')
+    return {str(k): v for k, v in versions.items()}, dict(aliases), percent, shadow
+
+
+def build(document: Any, current: Router, load: Callable[[str], LoadedModel], make_runner: Callable[[LoadedModel], Any]) -> Router:
+    """A new router from a routing document; versions already loaded from the same file are reused.
+
+    Every version must take the same input as the current champion (the request contract does not
+    change under the callers' feet). Raises RoutingError (and ModelError from ``load``).
+    """
+    versions, aliases, percent, shadow = _check_document(document)
+    contract = current.versions[current.aliases[CHAMPION]].model.contract(1)
+    loaded: dict[str, Version] = {}
+    for name, path in versions.items():
+        reuse = next((v for n, v in current.versions.items() if current.paths.get(n) == path), None)
+        model = reuse.model if reuse else load(path)
+        if model.contract(1) != contract:
+            raise RoutingError(f"version {name} takes {model.contract(1).shape_text()} {model.contract(1).dtype}; the service takes {contract.shape_text()} {contract.dtype}")
+        loaded[name] = reuse if reuse and reuse.name == name else Version(name, model, reuse.runner if reuse else make_runner(model))
+    return Router(loaded, aliases, percent, shadow, versions)

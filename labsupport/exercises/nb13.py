@@ -1,0 +1,83 @@
+"""Exercises of notebook 13 (model versions, A/B routing, shadow, promotion and rollback)."""
+
+from __future__ import annotations
+
+from labsupport.exercises import Exercise, Incorrect
+
+KEYS = [f"user-{i}" for i in range(400)] + ["", "ünïcode", "a" * 100]
+VERSIONS = {"2": "models/v2.onnx", "3": "models/v3.onnx"}  # the file paths exercise 2 uses
+
+
+def _service_routing():
+    from labsupport.serve import service_package
+
+    service_package()
+    from deploy.service.onnx_service import routing
+
+    return routing
+
+
+def _check_route(route) -> str:
+    routing = _service_routing()
+    if not callable(route):
+        raise Incorrect("expected a function route(key, percent) -> 'champion' or 'challenger'")
+    for percent in (0, 10, 50, 100):
+        for key in KEYS:
+            want = routing.CHALLENGER if key and percent and routing.bucket(key) < percent else routing.CHAMPION
+            got = route(key, percent)
+            if got not in (routing.CHAMPION, routing.CHALLENGER):
+                raise Incorrect(f"route must return 'champion' or 'challenger', got {got!r}")
+            if got != want:
+                raise Incorrect(
+                    f"route({key!r}, {percent}) gave {got!r}, the service sends that key to {want!r}: bucket = the first 4 bytes of "
+                    "sha256(key) as a big-endian integer, modulo 100; the challenger gets buckets below the percentage (an empty key: champion)"
+                )
+    return "your routing agrees with the service on every key: a user always sees the same version"
+
+
+def _check_document(document) -> str:
+    routing = _service_routing()
+    try:
+        versions, aliases, percent, shadow = routing._check_document(document)
+    except routing.RoutingError as error:
+        raise Incorrect(f"the service would refuse it: {error}") from None
+    if versions != VERSIONS:
+        raise Incorrect(f'"versions" should be {VERSIONS} (the two files), got {versions}')
+    if aliases != {routing.CHAMPION: "2", routing.CHALLENGER: "3"}:
+        raise Incorrect(f'version 2 stays champion and version 3 is the challenger; your aliases are {aliases}')
+    if percent != 25:
+        raise Incorrect(f'"challenger_percent" is a whole percentage of request keys: 25, got {percent!r}')
+    if shadow != "3":
+        raise Incorrect(f'the challenger should also run in shadow on the champion\'s traffic ("shadow": "3"), got {shadow!r}')
+    return "the service accepts it: 25% of keys get version 3, and version 3 shadows the rest"
+
+
+q1 = Exercise(
+    1,
+    "a deterministic traffic split",
+    _check_route,
+    hint="hashlib.sha256(key.encode()).digest()[:4] -> int.from_bytes(..., 'big') % 100; below percent -> 'challenger'. Python's hash() changes between processes: never route on it.",
+    solution_code="""
+        import hashlib
+
+        def answer(key, percent):
+            if not key or not percent:
+                return "champion"
+            bucket = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:4], "big") % 100
+            return "challenger" if bucket < percent else "champion"
+    """,
+)
+
+q2 = Exercise(
+    2,
+    "a routing document for a canary with shadow",
+    _check_document,
+    hint='Four fields: "versions" (name -> path, use VERSIONS), "aliases" ({"champion": ..., "challenger": ...}), "challenger_percent" (a whole number) and "shadow" (a version name).',
+    solution_code="""
+        from labsupport.exercises.nb13 import VERSIONS
+
+        answer = {"versions": VERSIONS, "aliases": {"champion": "2", "challenger": "3"}, "challenger_percent": 25, "shadow": "3"}
+    """,
+)
+
+EXERCISES = [q1, q2]

@@ -1,0 +1,47 @@
+"""Exercises of notebook 13: typical wrong answers fail their checker (the reference solutions: test_exercises_api.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from labsupport.exercises.nb13 import VERSIONS, q1, q2
+
+
+def test_q1_rejects_routes_that_disagree_with_the_service():
+    def python_hash(key, percent):
+        return "challenger" if key and hash(key) % 100 < percent else "champion"
+
+    def coin(key, percent):
+        return "challenger" if random.random() * 100 < percent else "champion"
+
+    def inverted(key, percent):
+        bucket = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") % 100
+        return "champion" if bucket < percent else "challenger"
+
+    def little_endian(key, percent):
+        bucket = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little") % 100
+        return "challenger" if key and bucket < percent else "champion"
+
+    def version_names(key, percent):
+        return "3"
+
+    for wrong in (python_hash, coin, inverted, little_endian, version_names, "challenger"):
+        assert q1.evaluate(wrong).status == "incorrect", wrong
+    assert "sha256" in q1.evaluate(python_hash).message
+
+
+def test_q2_rejects_wrong_routing_documents():
+    good = {"versions": VERSIONS, "aliases": {"champion": "2", "challenger": "3"}, "challenger_percent": 25, "shadow": "3"}
+    cases = {
+        "a fraction": ({**good, "challenger_percent": 0.25}, "whole number"),
+        "no shadow": ({k: v for k, v in good.items() if k != "shadow"}, "shadow"),
+        "aliases swapped": ({**good, "aliases": {"champion": "3", "challenger": "2"}}, "version 2 stays champion"),
+        "unknown version": ({**good, "aliases": {"champion": "2", "challenger": "4"}}, "would refuse"),
+        "percent too high": ({**good, "challenger_percent": 250}, "would refuse"),
+        "not a dict": ([good], "would refuse"),
+    }
+    for name, (document, reason) in cases.items():
+        outcome = q2.evaluate(document)
+        assert outcome.status == "incorrect", name
+        assert reason in outcome.message, (name, outcome.message)
