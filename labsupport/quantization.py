@@ -7,6 +7,11 @@ the tests share: a ``CalibrationDataReader`` over the course's calibration split
 (64 -> 2048 -> 2048 -> 10) that is big enough for INT8 to pay off, one measurement of file size,
 accuracy and latency for a set of model files, the CPU's INT8-relevant instruction sets, and a
 per-node precision listing of a quantized graph.
+
+Every INT8 model made here uses ``reduce_range=True`` (7-bit weights): on x86 CPUs without VNNI,
+ONNX Runtime's U8xS8 kernels add pairs of products into int16 with saturation (VPMADDUBSW), and
+255 * 127 * 2 does not fit while 255 * 64 * 2 does. So a file made here gives the same results on
+every CPU (notebook 06, section 6).
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ MLP_WIDTH = 2048
 MLP_EPOCHS = 5
 CNN_INT8_NAME = "digits_cnn_int8.onnx"
 CALIBRATION_BATCH = 20  # 180 calibration images = 9 equal batches (histogram calibrators need equal batches)
+REDUCE_RANGE = True  # 7-bit weights: no U8xS8 saturation on x86 CPUs without VNNI (ORT's quantization guide)
+AA_NAME = "FP32 again (A/A)"  # the FP32 file measured a second time: its latency ratio is pure timing noise
+NOISE_FLOOR = 0.10  # latency ratios within 1 +- 10% (or the A/A deviation, if larger) are no measurable difference
 
 # ops whose presence means "this node computes in integers" (QOperator / dynamic / weight-only formats)
 INTEGER_OPS = {
@@ -48,6 +56,9 @@ INTEGER_OPS = {
 }
 NBITS_OPS = {"MatMulNBits", "GatherBlockQuantized"}
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16}
+# integer ops and the input index of their weight (input 0 is the activation)
+WEIGHT_INPUT = {"QLinearConv": 3, "QLinearMatMul": 3, "QGemm": 3, "ConvInteger": 1, "MatMulInteger": 1}
 # ops that only move or pick values: on quantized inputs they run on the 8-bit data as is
 DATA_MOVEMENT_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "MaxPool", "Slice", "Gather", "Concat", "Split", "Pad"}
 
@@ -256,8 +267,9 @@ def make_static_int8(
     method: str = "MinMax",
     nodes_to_exclude: Sequence[str] = (),
     extra_options: Mapping[str, object] | None = None,
+    reduce_range: bool = REDUCE_RANGE,
 ) -> Path:
-    """Static INT8 (calibrated on the calibration split) of a pre-processed digits model; returns ``dst``."""
+    """Static INT8 (calibrated on the calibration split, 7-bit weights by default) of a pre-processed digits model; returns ``dst``."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
 
     formats = {"QDQ": QuantFormat.QDQ, "QOperator": QuantFormat.QOperator}
@@ -270,17 +282,17 @@ def make_static_int8(
         quantize_static(
             str(src), str(dst), reader_for(src),
             quant_format=formats[quant_format], per_channel=per_channel, calibrate_method=methods[method],
-            nodes_to_exclude=list(nodes_to_exclude), extra_options=dict(extra_options or {}),
+            nodes_to_exclude=list(nodes_to_exclude), extra_options=dict(extra_options or {}), reduce_range=reduce_range,
         )
     return Path(dst)
 
 
-def make_dynamic_int8(src: str | Path, dst: str | Path) -> Path:
-    """Dynamic INT8 (weights quantized ahead of time, activations at run time) of a pre-processed model."""
+def make_dynamic_int8(src: str | Path, dst: str | Path, *, reduce_range: bool = REDUCE_RANGE) -> Path:
+    """Dynamic INT8 (weights quantized ahead of time, 7-bit by default; activations at run time) of a pre-processed model."""
     from onnxruntime.quantization import quantize_dynamic
 
     with quiet():
-        quantize_dynamic(str(src), str(dst))
+        quantize_dynamic(str(src), str(dst), reduce_range=reduce_range)
     return Path(dst)
 
 
@@ -305,8 +317,20 @@ def make_fp16(src: str | Path, dst: str | Path) -> Path:
     return Path(dst)
 
 
+def has_matmul_weights(model: str | Path | onnx.ModelProto) -> bool:
+    """True when some MatMul multiplies by a constant weight: the only thing INT4 weight-only quantization changes."""
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+    initializers = {t.name for t in proto.graph.initializer}
+    return any(node.op_type == "MatMul" and node.input[1] in initializers for node in proto.graph.node)
+
+
 def build_variants(src: str | Path, folder: str | Path, *, int4: bool = True) -> dict[str, Path]:
-    """FP32 and its quantized variants (INT8 dynamic, INT8 static QDQ per-channel, INT4, FP16) under ``folder``."""
+    """FP32, its variants (INT8 dynamic, INT8 static QDQ per-channel, INT4, FP16) and the A/A control under ``folder``.
+
+    INT4 is made only for a graph with MatMul weights (on any other it would be the FP32 graph
+    unchanged). ``AA_NAME`` is the FP32 file again: measured as a separate variant, its latency
+    ratio shows the timing noise of the run.
+    """
     src, folder = Path(src), Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     stem = src.stem
@@ -316,13 +340,16 @@ def build_variants(src: str | Path, folder: str | Path, *, int4: bool = True) ->
         "INT8 dynamic": make_dynamic_int8(pre, folder / f"{stem}_int8_dynamic.onnx"),
         "INT8 static": make_static_int8(pre, folder / f"{stem}_int8_static.onnx"),
     }
-    if int4:
+    if int4 and has_matmul_weights(src):
         variants["INT4 weights"] = make_int4(src, folder / f"{stem}_int4.onnx")
     variants["FP16"] = make_fp16(src, folder / f"{stem}_fp16.onnx")
+    variants[AA_NAME] = src
     return variants
 
 
 SOURCE_KEY = "labsupport.source_sha256"
+SETTINGS_KEY = "labsupport.quantization_settings"
+CNN_INT8_SETTINGS = {"format": "QDQ", "per_channel": True, "method": "MinMax", "reduce_range": REDUCE_RANGE}
 
 
 def _sha256(path: Path) -> str:
@@ -332,28 +359,31 @@ def _sha256(path: Path) -> str:
 
 
 def ensure_digits_cnn_int8(force: bool = False) -> Path:
-    """Path of ``artifacts/digits_cnn_int8.onnx``: the course CNN, static INT8, QDQ, per-channel, MinMax on the calibration split.
+    """Path of ``artifacts/digits_cnn_int8.onnx``: the course CNN, static INT8, QDQ, per-channel, 7-bit weights, MinMax.
 
     Notebook 06 recommends it; notebook 09 converts it for mobile. Made (deterministically) when it is
-    missing or was quantized from another ``digits_cnn.onnx`` than the current one (the source's
-    SHA-256 is stored in the model's metadata under ``labsupport.source_sha256``).
+    missing, was quantized from another ``digits_cnn.onnx`` than the current one, or with other
+    settings than ``CNN_INT8_SETTINGS`` (the source's SHA-256 and the settings are stored in the
+    model's metadata under ``SOURCE_KEY`` and ``SETTINGS_KEY``).
     """
     from labsupport.models import ensure_digits_cnn
 
     source = ensure_digits_cnn()
-    digest = _sha256(source)
+    stamp = {SOURCE_KEY: _sha256(source), SETTINGS_KEY: json.dumps(CNN_INT8_SETTINGS, sort_keys=True)}
     path = artifact(CNN_INT8_NAME)
     if not force and path.is_file():
         stored = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
-        if stored.get(SOURCE_KEY) == digest:
+        if all(stored.get(key) == value for key, value in stamp.items()):
             return path
     tag = f"{os.getpid()}.tmp"
     pre = preprocess(source, path.with_name(f"digits_cnn_pre.{tag}.onnx"))
     tmp = path.with_name(f"digits_cnn_int8.{tag}.onnx")
+    settings = CNN_INT8_SETTINGS
     try:
-        make_static_int8(pre, tmp)
+        make_static_int8(pre, tmp, quant_format=settings["format"], per_channel=settings["per_channel"],
+                         method=settings["method"], reduce_range=settings["reduce_range"])
         model = onnx.load(str(tmp))
-        onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, SOURCE_KEY: digest})
+        onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, **stamp})
         onnx.save(model, str(tmp))
         os.replace(tmp, path)
     finally:
@@ -366,11 +396,17 @@ def ensure_digits_cnn_int8(force: bool = False) -> Path:
 # measuring
 
 
-def session(path: str | Path, threads: int = 1) -> ort.InferenceSession:
-    """A CPU InferenceSession with ``threads`` intra-op threads (1: measures kernels, not thread scheduling)."""
+def session(path: str | Path, threads: int = 1, config: Mapping[str, str] | None = None) -> ort.InferenceSession:
+    """A CPU InferenceSession with ``threads`` intra-op threads (1: measures kernels, not thread scheduling).
+
+    ``config`` holds session config entries, e.g. ``{"session.x64quantprecision": "1"}`` for ORT's
+    U8U8 integer kernels (notebook 06, section 6).
+    """
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
+    for key, value in (config or {}).items():
+        options.add_session_config_entry(key, value)
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -379,14 +415,19 @@ def _inputs_for(path: str | Path, split: Split) -> tuple[str, np.ndarray]:
     return name, (split.flat if rank == 2 else split.images)
 
 
-def accuracy(path: str | Path, split: Split | None = None) -> float:
-    """Fraction of ``split`` (default: the test split) a digits ONNX model classifies correctly."""
+def logits(path: str | Path, split: Split | None = None, config: Mapping[str, str] | None = None) -> np.ndarray:
+    """The logits of a digits ONNX model on ``split`` (default: the test split), with optional session ``config``."""
     split = split if split is not None else load_digits().test
     if not isinstance(split, Split):
-        raise TypeError(f"accuracy() expects a labsupport.data Split such as load_digits().test, got {type(split).__name__}")
+        raise TypeError(f"expected a labsupport.data Split such as load_digits().test, got {type(split).__name__}")
     name, data = _inputs_for(path, split)
-    logits = session(path).run(None, {name: data})[0]
-    return float(np.mean(logits.argmax(axis=1) == split.labels))
+    return session(path, config=config).run(None, {name: data})[0]
+
+
+def accuracy(path: str | Path, split: Split | None = None, config: Mapping[str, str] | None = None) -> float:
+    """Fraction of ``split`` (default: the test split) a digits ONNX model classifies correctly."""
+    split = split if split is not None else load_digits().test
+    return float(np.mean(logits(path, split, config).argmax(axis=1) == split.labels))
 
 
 def file_kb(path: str | Path) -> float:
@@ -433,6 +474,22 @@ class VariantReport:
             raise KeyError(f"latency at batch {batch_size} was not measured (measured: {sorted(base)})")
         return mine[batch_size] / base[batch_size]
 
+    def timing_noise(self, batch_size: int) -> float:
+        """Relative latency differences below this are noise: the A/A deviation ``|ratio(AA_NAME) - 1|``, at least ``NOISE_FLOOR``."""
+        try:
+            deviation = abs(self.latency_ratio(AA_NAME, batch_size) - 1)
+        except KeyError:
+            deviation = 0.0
+        return max(deviation, NOISE_FLOOR)
+
+    def speed_text(self, name: str, batch_size: int) -> str:
+        """``name``'s latency against the baseline in words, saying so when the difference is inside the timing noise."""
+        ratio, noise = self.latency_ratio(name, batch_size), self.timing_noise(batch_size)
+        text = f"{ratio:.2f}x the {self.baseline} time at batch {batch_size}"
+        if abs(ratio - 1) <= noise:
+            return f"{text} (inside the ±{noise:.0%} timing noise: no measurable difference)"
+        return f"{text} ({1 / ratio:.1f}x faster)" if ratio < 1 else f"{text} ({ratio:.1f}x slower)"
+
     def accuracy_delta(self, name: str) -> float:
         """Accuracy change of ``name`` against the baseline, in percentage points (positive: better).
 
@@ -442,17 +499,19 @@ class VariantReport:
         mine, base = round(100 * self.get(name).accuracy, 1), round(100 * self.get(self.baseline).accuracy, 1)
         return round(mine - base, 1)
 
-    def rows(self, timings: bool = True) -> list[dict[str, object]]:
-        """One row per variant; ``timings=False`` leaves the run-dependent latency columns out."""
+    def rows(self, timings: bool = True, accuracy: bool = True) -> list[dict[str, object]]:
+        """One row per variant; ``timings=False`` leaves the run-dependent latency columns out, ``accuracy=False``
+        the accuracy columns (after integer quantization they depend on the CPU's kernels)."""
         rows = []
         for result in self.results:
             row: dict[str, object] = {
                 "variant": result.name,
                 "size KB": round(result.size_kb),
                 "size ratio": round(self.size_ratio(result.name), 2),
-                "accuracy %": round(100 * result.accuracy, 1),
-                "Δ acc (points)": f"{self.accuracy_delta(result.name):+.1f}",
             }
+            if accuracy:
+                row["accuracy %"] = round(100 * result.accuracy, 1)
+                row["Δ acc (points)"] = f"{self.accuracy_delta(result.name):+.1f}"
             if timings:
                 for batch, ms in sorted(result.latency_ms.items()):
                     row[f"ms @ batch {batch}"] = round(ms, 3)
@@ -460,11 +519,16 @@ class VariantReport:
             rows.append(row)
         return rows
 
-    def to_frame(self, timings: bool = True):
+    def to_frame(self, timings: bool = True, accuracy: bool = True):
         """The rows as a pandas DataFrame indexed by variant."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows(timings)).set_index("variant")
+        return pd.DataFrame(self.rows(timings, accuracy)).set_index("variant")
+
+    def within(self, points: float = 1.0) -> bool:
+        """True when every variant's test accuracy is within ``points`` percentage points of the baseline's."""
+        base = self.get(self.baseline).accuracy
+        return all(abs(result.accuracy - base) * 100 <= points for result in self.results)
 
     def to_dict(self) -> dict[str, object]:
         return {"model": self.model, "baseline": self.baseline, "threads": self.threads, "results": [asdict(r) for r in self.results]}
@@ -545,14 +609,25 @@ class Target:
     timing: bool  # True when the value is a latency ratio (varies from run to run)
     at_least: bool = False  # True for accuracy changes: higher is better
     fmt: str = ".2f"  # how the value is printed
+    cpu_dependent: bool = False  # True when the value depends on the CPU's kernels (accuracy after quantization)
 
     @property
     def met(self) -> bool:
         return self.value >= self.limit if self.at_least else self.value <= self.limit
 
+    @property
+    def _relation(self) -> str:
+        return ">=" if self.at_least else "<="
+
     def __str__(self) -> str:
-        relation = ">=" if self.at_least else "<="
-        return f"{'MET ' if self.met else 'MISSED'}  {self.model}: {self.what} = {self.value + 0.0:{self.fmt}} (target {relation} {self.limit:g})"
+        return f"{'MET ' if self.met else 'MISSED'}  {self.model}: {self.what} = {self.value + 0.0:{self.fmt}} (target {self._relation} {self.limit:g})"
+
+    @property
+    def verdict(self) -> str:
+        """Like ``str(target)``, without the value when it varies by run or CPU: the same text on every machine."""
+        if not (self.timing or self.cpu_dependent):
+            return str(self)
+        return f"{'MET ' if self.met else 'MISSED'}  {self.model}: {self.what} {self._relation} {self.limit:g}"
 
 
 def check_targets(mlp: VariantReport, cnn: VariantReport | None = None, batch_size: int = 64) -> list[Target]:
@@ -563,9 +638,9 @@ def check_targets(mlp: VariantReport, cnn: VariantReport | None = None, batch_si
         targets.append(Target(mlp.model, f"{name} size ratio", mlp.size_ratio(name), 0.27, False))
         if batch_size in mlp.get(name).latency_ms:
             targets.append(Target(mlp.model, f"{name} latency ratio @ batch {batch_size}", mlp.latency_ratio(name, batch_size), 0.5, True))
-        targets.append(Target(mlp.model, f"{name} accuracy change (points)", mlp.accuracy_delta(name), -1.0, False, True, "+.1f"))
+        targets.append(Target(mlp.model, f"{name} accuracy change (points)", mlp.accuracy_delta(name), -1.0, False, True, "+.1f", True))
     if cnn is not None:
-        targets.append(Target(cnn.model, "INT8 static accuracy change (points)", cnn.accuracy_delta("INT8 static"), -1.0, False, True, "+.1f"))
+        targets.append(Target(cnn.model, "INT8 static accuracy change (points)", cnn.accuracy_delta("INT8 static"), -1.0, False, True, "+.1f", True))
     return targets
 
 
@@ -587,6 +662,16 @@ class CpuFeatures:
         keys = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")
         return any(self.features.get(key, False) for key in keys)
 
+    @property
+    def is_arm(self) -> bool:
+        return self.arch.lower() in ("aarch64", "arm64")
+
+    @property
+    def u8s8_saturates(self) -> bool:
+        """True on x86 with AVX2 but no VNNI: ORT's U8xS8 kernels add product pairs into int16 with saturation (VPMADDUBSW)."""
+        vnni = any(self.features.get(key, False) for key in ("avx512_vnni", "avx_vnni", "amx_int8"))
+        return not self.is_arm and self.features.get("avx2", False) and not vnni
+
     def __str__(self) -> str:
         found = [name for name, present in self.features.items() if present]
         lines = [f"CPU architecture: {self.arch} (read from {self.source})", f"INT8-relevant features: {', '.join(found) or 'none found'}"]
@@ -594,6 +679,10 @@ class CpuFeatures:
             lines.append("This CPU has INT8 dot-product instructions: INT8 MatMul/Conv kernels can beat FP32 clearly.")
         else:
             lines.append("No INT8 dot-product instructions found: INT8 mainly saves memory here; speed-ups are small or absent.")
+        if self.u8s8_saturates:
+            lines.append("x86 without VNNI: ORT's U8xS8 kernels add pairs of products into int16 with saturation (AVX2 VPMADDUBSW).")
+        elif self.is_arm or self.int8_dot_product:
+            lines.append("ORT's INT8 kernels accumulate exactly in int32 here (VNNI or Arm integer instructions): no saturation.")
         return "\n".join(lines)
 
 
@@ -691,13 +780,33 @@ def node_precisions(model: str | Path | onnx.ModelProto) -> list[dict[str, str]]
             data_inputs = [name for name in node.input if name and name not in initializers]
             from_dq = [name in producer and producer[name].op_type == "DequantizeLinear" for name in data_inputs]
             feeds_q = any(c.op_type == "QuantizeLinear" for out in node.output for c in consumers.get(out, []))
-            if data_inputs and all(from_dq) and (feeds_q or op not in DATA_MOVEMENT_OPS):
+            float_weights = any(types.get(name) in FLOAT_TYPES for name in node.input if name in initializers)
+            if data_inputs and all(from_dq) and not float_weights and (feeds_q or op not in DATA_MOVEMENT_OPS):
                 precision = "int8"
             else:
                 first = next((name for name in node.input if name), "")
                 precision = by_type.get(types.get(first, 0), "other")
         rows.append({"node": node.name or f"({op})", "op": op, "precision": precision})
     return rows
+
+
+def integer_operand_types(model: str | Path | onnx.ModelProto) -> str:
+    """``"QLinearConv uint8 x int8 x2, ..."``: activation x weight element types of each integer op in a graph ("-" if none).
+
+    QOperator and dynamic files name them; for a QDQ file, save the graph ONNX Runtime runs
+    (``optimized_model_filepath``) and read that: ORT picks the types per CPU (notebook 06).
+    """
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+    types = _elem_types(proto)
+
+    def type_name(tensor: str) -> str:
+        return onnx.helper.tensor_dtype_to_np_dtype(types[tensor]).name if types.get(tensor) else "?"
+
+    counts: Counter[str] = Counter()
+    for node in proto.graph.node:
+        if node.op_type in WEIGHT_INPUT:
+            counts[f"{node.op_type} {type_name(node.input[0])} x {type_name(node.input[WEIGHT_INPUT[node.op_type]])}"] += 1
+    return ", ".join(f"{key} x{n}" for key, n in counts.items()) or "-"
 
 
 def fp32_nodes(model: str | Path | onnx.ModelProto) -> list[str]:

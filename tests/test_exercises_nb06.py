@@ -1,62 +1,136 @@
-"""Exercises of notebook 06: every reference solution passes, typical wrong answers fail, ____ is not attempted."""
+"""Exercises of notebook 06: typical wrong answers fail (the reference solutions pass in test_exercises_api.py)."""
 
 from __future__ import annotations
 
-import numpy as np
-from onnxruntime.quantization import CalibrationDataReader
+import shutil
 
+import numpy as np
+import onnx
+import pytest
+from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, quantize_static
+
+from labsupport import quantization as quant
 from labsupport.data import load_digits
 from labsupport.exercises import CORRECT, INCORRECT
-from labsupport.exercises.nb06 import BROKEN_PERCENTILE, RESTORE_THRESHOLD, accuracy_excluding, mlp_node_names, q1, q2, q3
+from labsupport.exercises.nb06 import BROKEN_PERCENTILE, RESTORE_THRESHOLD, float_compute_nodes, mlp_preprocessed, q1, q2, q3
 
 
-class ListReader(CalibrationDataReader):
-    def __init__(self, batches):
-        self._batches = iter(batches)
+# ------------------------------------------------------------------ exercise 1
+
+
+def reader_class(layout=lambda split: split.flat, key="pixels", dtype=np.float32, rejects=lambda count, size: count % size != 0, fixed_split=None, fixed_batch=None):
+    """A reader class that gets one thing wrong (or nothing, with the defaults)."""
+
+    class Reader(CalibrationDataReader):
+        def __init__(self, split, batch_size):
+            rows = np.asarray(layout(fixed_split or split), dtype=dtype)
+            if rejects(len(rows), batch_size):
+                raise ValueError("ragged")
+            size = fixed_batch or batch_size
+            self._batches = iter([{key: rows[i:i + size]} for i in range(0, len(rows), size)])
+
+        def get_next(self):
+            return next(self._batches, None)
+
+    return Reader
+
+
+class Endless(CalibrationDataReader):
+    def __init__(self, split, batch_size):
+        self._batch = {"pixels": split.flat[:batch_size]}
 
     def get_next(self):
-        return next(self._batches, None)
+        return self._batch
 
 
-def batches_of(images, size, key="image"):
-    return ListReader([{key: images[i:i + size]} for i in range(0, len(images), size)])
+class Empty(CalibrationDataReader):
+    def __init__(self, split, batch_size):
+        pass
+
+    def get_next(self):
+        return None
 
 
-def test_q1_rejects_typical_wrong_readers():
-    digits = load_digits()
-    cases = {
-        "test split": (batches_of(digits.test.images, 20), "test split"),
-        "ragged batches": (batches_of(digits.calibration.images, 16), "different sizes"),
-        "wrong input name": (batches_of(digits.calibration.images, 20, key="input"), "'image'"),
-        "random data": (batches_of(np.random.default_rng(0).random((180, 1, 8, 8), dtype=np.float32), 20), "calibration images"),
-        "flat rows": (batches_of(digits.calibration.flat, 20), "shape"),
-        "half the split": (batches_of(digits.calibration.images[:100], 20), "each of the 180"),
-        "the class": (ListReader, "instance"),
-        "not a reader": (digits.calibration.images, "get_next"),
-        "float64": (batches_of(digits.calibration.images.astype(np.float64), 20), "float32"),
-        "empty": (ListReader([]), "no data"),
-    }
-    for name, (answer, reason) in cases.items():
-        outcome = q1.evaluate(answer)
-        assert outcome.status == INCORRECT, name
-        assert reason in outcome.message, (name, outcome.message)
+def test_q1_the_right_class_passes_and_instances_do_not():
+    right = reader_class()
+    assert q1.evaluate(right).status == CORRECT
+    outcome = q1.evaluate(right(load_digits().calibration, 20))
+    assert outcome.status == INCORRECT and "class itself" in outcome.message
 
 
-def test_q2_scenario_loses_accuracy_and_only_one_node_restores_it():
-    assert accuracy_excluding("") < RESTORE_THRESHOLD - 0.01  # the broken calibration really hurts
-    restoring = [name for name in mlp_node_names() if accuracy_excluding(name) >= RESTORE_THRESHOLD]
-    assert restoring == [q2.reference_answer()]
-    assert BROKEN_PERCENTILE == 80.0
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (reader_class(layout=lambda split: split.images), "shape (N, 64)"),  # the CNN's layout
+        (reader_class(key="image"), "'pixels'"),  # the CNN's input name
+        (reader_class(dtype=np.float64), "float32"),
+        (reader_class(fixed_split=load_digits().calibration), "read the split it is given"),  # hard-coded split
+        (reader_class(rejects=lambda count, size: False), "must raise ValueError"),  # lets a ragged last batch through
+        (reader_class(rejects=lambda count, size: size != 20), "but 60 divides"),  # only the batch size of the notebook
+        (reader_class(fixed_batch=20), "every batch must have batch_size=60"),  # ignores its batch_size
+        (reader_class(layout=lambda split: split.flat[:-60]), "not each of its images"),  # part of the split
+        (reader_class(layout=lambda split: np.random.default_rng(0).random(split.flat.shape)), "not each of its images"),
+        (Endless, "never returned None"),
+        (Empty, "no data"),
+        ("MlpReader", "class itself"),
+    ],
+)
+def test_q1_rejects_typical_wrong_readers(wrong, reason):
+    outcome = q1.evaluate(wrong)
+    assert outcome.status == INCORRECT
+    assert reason in outcome.message, outcome.message
 
 
-def test_q2_rejects_wrong_nodes_and_types():
-    right = q2.reference_answer()
-    wrong_nodes = [name for name in mlp_node_names() if name != right]
-    outcome = q2.evaluate(wrong_nodes[-1])
-    assert outcome.status == INCORRECT and "below 97%" in outcome.message
-    assert "not a node" in q2.evaluate("node_conv").message
-    assert "not a list" in q2.evaluate([right]).message
-    assert q2.evaluate(3).status == INCORRECT
+# ------------------------------------------------------------------ exercise 2
+
+
+def quantizer(nodes=("node_matmul/MatMulAddFusion",), method=CalibrationMethod.Percentile, reduce_range=True):
+    """A learner's quantize_mlp(src, dst) with one choice made differently from the reference."""
+
+    def quantize_mlp(src, dst):
+        quantize_static(src, dst, quant.reader_for(src), per_channel=True, reduce_range=reduce_range, calibrate_method=method,
+                        extra_options={"CalibPercentile": BROKEN_PERCENTILE}, nodes_to_exclude=list(nodes))
+
+    return quantize_mlp
+
+
+def gemm_names():
+    return [node.name for node in onnx.load(mlp_preprocessed()).graph.node if node.op_type == "Gemm"]
+
+
+def test_q2_scenario_loses_accuracy_and_only_one_node_restores_it(tmp_path):
+    def accuracy_excluding(nodes):
+        out = tmp_path / "mlp.onnx"
+        with quant.quiet():
+            quantizer(nodes)(mlp_preprocessed(), str(out))
+        assert len(float_compute_nodes(onnx.load(out))) == len(nodes)
+        return quant.accuracy(out)
+
+    assert accuracy_excluding([]) < RESTORE_THRESHOLD - 0.01  # the broken calibration really hurts
+    restoring = [name for name in gemm_names() if accuracy_excluding([name]) >= RESTORE_THRESHOLD]
+    assert restoring == ["node_matmul/MatMulAddFusion"]
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (lambda: quantizer(nodes=["node_matmul_2/MatMulAddFusion"]), "below 97%"),  # the last layer: not the culprit
+        (lambda: quantizer(nodes=gemm_names()[:2]), "exclude a single node"),  # two layers in FP32
+        (lambda: quantizer(nodes=[]), "every layer is quantized"),
+        (lambda: quantizer(method=CalibrationMethod.MinMax), "Percentile calibration"),  # fixes calibration instead
+        (lambda: quantizer(reduce_range=False), "reduce_range=True"),
+        (lambda: shutil.copy, "no QuantizeLinear"),  # no quantization at all
+        (lambda: (lambda src, dst: None), "wrote nothing"),
+        (lambda: "node_matmul/MatMulAddFusion", "your function"),  # the old answer: a node name
+    ],
+)
+def test_q2_rejects_typical_wrong_answers(wrong, reason):
+    outcome = q2.evaluate(wrong())
+    assert outcome.status == INCORRECT
+    assert reason in outcome.message, outcome.message
+
+
+# ------------------------------------------------------------------ exercise 3
 
 
 def test_q3_rejects_common_mistakes():

@@ -103,6 +103,32 @@ def test_model_input_rejects_models_with_two_inputs(tmp_path):
         quant.model_input(helper.make_model(graph))
 
 
+def int8_weights(path):
+    """The INT8 weight tensors (per-channel Conv/Gemm weights) of a quantized model."""
+    return [numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer if t.data_type == TensorProto.INT8]
+
+
+def test_int8_variants_use_7_bit_weights_by_default(tmp_path):
+    pre = quant.preprocess(ensure_digits_cnn(), tmp_path / "pre.onnx")
+    for make in (quant.make_static_int8, quant.make_dynamic_int8):
+        reduced = int8_weights(make(pre, tmp_path / f"{make.__name__}_7.onnx"))
+        full = int8_weights(make(pre, tmp_path / f"{make.__name__}_8.onnx", reduce_range=False))
+        assert reduced and max(np.abs(w).max() for w in reduced) <= 64, make.__name__  # 255 * 64 * 2 < 32767
+        assert max(np.abs(w).max() for w in full) == 127, make.__name__
+
+
+def test_seven_bit_weights_give_the_same_logits_on_every_integer_kernel(tmp_path):
+    # the portable property notebook 06 teaches: no saturation, so the U8U8 kernel and the QDQ reference math agree
+    from labsupport.kernels import QDQ_AS_FLOAT, U8U8
+
+    pre = quant.preprocess(ensure_digits_cnn(), tmp_path / "pre.onnx")
+    out = quant.make_static_int8(pre, tmp_path / "int8.onnx")
+    default = quant.logits(out)
+    np.testing.assert_array_equal(quant.logits(out, config=U8U8), default)
+    reference = quant.logits(out, config=QDQ_AS_FLOAT)
+    assert np.mean(reference.argmax(axis=1) == default.argmax(axis=1)) >= 0.99
+
+
 def test_static_quantization_with_the_reader_calibrates_on_real_data(tmp_path):
     # Entropy (a histogram calibrator) works with the equal batches
     pre = quant.preprocess(ensure_digits_cnn(), tmp_path / "pre.onnx")
@@ -123,7 +149,8 @@ def test_make_static_int8_rejects_unknown_options(tmp_path):
 
 
 def test_build_variants_makes_smaller_accurate_models(cnn_variants):
-    assert set(cnn_variants) == {"FP32", "INT8 dynamic", "INT8 static", "FP16"}
+    assert set(cnn_variants) == {"FP32", "INT8 dynamic", "INT8 static", "FP16", quant.AA_NAME}
+    assert cnn_variants[quant.AA_NAME] == cnn_variants["FP32"]
     report = quant.measure_variants(cnn_variants, model="cnn", timings=False)
     assert report.size_ratio("FP32") == 1.0
     assert report.size_ratio("INT8 static") < 0.6 and report.size_ratio("FP16") < 0.7
@@ -131,6 +158,16 @@ def test_build_variants_makes_smaller_accurate_models(cnn_variants):
         assert abs(report.accuracy_delta(name)) <= 1.0, name
     frame = report.to_frame(timings=False)
     assert list(frame.index) == list(cnn_variants) and "ms @ batch 1" not in frame.columns
+    assert "accuracy %" not in report.to_frame(timings=False, accuracy=False).columns
+    assert report.within(1.0)
+
+
+def test_build_variants_makes_int4_only_for_matmul_weights(tmp_path):
+    assert not quant.has_matmul_weights(ensure_digits_cnn())  # Conv and Gemm: INT4 would change nothing
+    mlp = tiny_mlp(tmp_path / "tiny.onnx")
+    assert quant.has_matmul_weights(mlp)
+    variants = quant.build_variants(mlp, tmp_path / "variants")
+    assert list(variants) == ["FP32", "INT8 dynamic", "INT8 static", "INT4 weights", "FP16", quant.AA_NAME]
 
 
 def test_measure_variants_times_each_batch_size(cnn_variants):
@@ -142,7 +179,7 @@ def test_measure_variants_times_each_batch_size(cnn_variants):
     assert {"ms @ batch 1", "latency ratio @ 8"} <= set(rows[0])
     payload = report.to_dict()
     json.dumps(payload)
-    assert payload["baseline"] == "FP32" and len(payload["results"]) == 4
+    assert payload["baseline"] == "FP32" and len(payload["results"]) == 5
     with pytest.raises(KeyError, match="batch 64"):
         report.latency_ratio("FP32", 64)
     ax = report.plot(batch_size=8)
@@ -180,6 +217,22 @@ def test_int4_quantizes_matmul_weights(tmp_path):
     assert np.abs(got - want).max() < 0.25 * np.abs(want).max()  # 4-bit weights, 8-bit activations
 
 
+def test_timing_noise_and_speed_text():
+    def report(aa_ms, int8_ms):
+        return quant.VariantReport("m", "FP32", [
+            quant.VariantResult("FP32", 100.0, 0.9, {64: 10.0}),
+            quant.VariantResult(quant.AA_NAME, 100.0, 0.9, {64: aa_ms}),
+            quant.VariantResult("INT8", 25.0, 0.9, {64: int8_ms}),
+        ])
+    assert report(10.5, 5.0).timing_noise(64) == pytest.approx(0.10)  # the floor
+    assert report(8.5, 5.0).timing_noise(64) == pytest.approx(0.15)  # a noisier A/A run widens it
+    assert report(10.0, 2.5).speed_text("INT8", 64) == "0.25x the FP32 time at batch 64 (4.0x faster)"
+    assert report(10.0, 30.0).speed_text("INT8", 64).endswith("(3.0x slower)")
+    assert "no measurable difference" in report(8.5, 11.2).speed_text("INT8", 64)
+    without_aa = quant.VariantReport("m", "FP32", [quant.VariantResult("FP32", 1.0, 0.9, {1: 1.0})])
+    assert without_aa.timing_noise(1) == quant.NOISE_FLOOR
+
+
 def test_check_targets_reports_met_and_missed():
     def report(model, size, latency, acc):
         return quant.VariantReport(model, "FP32", [
@@ -196,6 +249,10 @@ def test_check_targets_reports_met_and_missed():
     # accuracy targets: a signed change, higher is better, printed at the tables' precision
     assert str(bad[2]).endswith("INT8 dynamic accuracy change (points) = -3.0 (target >= -1)")
     assert str(good[2]).startswith("MET ") and "= -0.5 (target >= -1)" in str(good[2])
+    # verdicts print the value only where it is the same on every CPU and run (size ratios)
+    assert good[0].verdict == str(good[0])
+    assert good[1].verdict == "MET   mlp: INT8 dynamic latency ratio @ batch 64 <= 0.5"
+    assert bad[2].verdict == "MISSED  mlp: INT8 dynamic accuracy change (points) >= -1"
 
 
 def test_accuracy_delta_is_the_difference_of_the_printed_accuracies():
@@ -219,6 +276,7 @@ def test_ensure_digits_cnn_int8_is_a_static_qdq_model():
     assert path.name == "digits_cnn_int8.onnx"
     summary = quant.precision_summary(path)
     assert "Conv x2" in summary["int8"] and "fp32" not in summary
+    assert max(np.abs(w).max() for w in int8_weights(path)) <= 64  # reduce_range: the same results on every CPU
     assert quant.accuracy(path) >= quant.accuracy(ensure_digits_cnn()) - 0.01
 
 
@@ -233,6 +291,7 @@ ARM_CPUINFO = """processor : 0
 Features : fp asimd evtstrm aes asimddp i8mm
 """
 OLD_CPUINFO = "flags : fpu sse sse2 avx\n"
+AVX2_CPUINFO = "flags : fpu sse sse2 avx avx2 fma f16c\n"
 
 
 def test_parse_cpuinfo_x86_arm_and_old():
@@ -243,6 +302,15 @@ def test_parse_cpuinfo_x86_arm_and_old():
     assert arm.features["asimddp"] and arm.features["i8mm"] and arm.int8_dot_product
     old = quant.parse_cpuinfo(OLD_CPUINFO, "x86_64")
     assert not old.int8_dot_product and "No INT8 dot-product" in str(old)
+
+
+def test_which_cpus_saturate_u8s8_products():
+    avx2 = quant.parse_cpuinfo(AVX2_CPUINFO, "x86_64")
+    assert avx2.u8s8_saturates and "VPMADDUBSW" in str(avx2)
+    vnni = quant.parse_cpuinfo(X86_CPUINFO, "x86_64")
+    assert not vnni.u8s8_saturates and "exactly" in str(vnni)
+    arm = quant.parse_cpuinfo(ARM_CPUINFO, "aarch64")
+    assert not arm.u8s8_saturates and "exactly" in str(arm)
 
 
 def test_cpu_features_on_this_machine():
@@ -267,9 +335,18 @@ def test_node_precisions_of_each_format(cnn_variants):
 
 def test_excluded_node_is_listed_as_fp32(tmp_path):
     pre = quant.preprocess(ensure_digits_cnn(), tmp_path / "pre.onnx")
-    first_conv = next(n.name for n in onnx.load(pre).graph.node if n.op_type == "Conv")
-    out = quant.make_static_int8(pre, tmp_path / "excl.onnx", nodes_to_exclude=[first_conv])
-    assert f"{first_conv} (Conv)" in quant.fp32_nodes(out)
+    convs = [n.name for n in onnx.load(pre).graph.node if n.op_type == "Conv"]
+    for conv in convs:  # the second one still reads Q/DQ data, but its weights stay float
+        out = quant.make_static_int8(pre, tmp_path / "excl.onnx", nodes_to_exclude=[conv])
+        assert f"{conv} (Conv)" in quant.fp32_nodes(out)
+
+
+def test_integer_operand_types_name_activation_and_weight_types(cnn_variants, tmp_path):
+    assert quant.integer_operand_types(cnn_variants["INT8 dynamic"]) == "ConvInteger uint8 x int8 x2, MatMulInteger uint8 x int8 x1"
+    assert quant.integer_operand_types(cnn_variants["INT8 static"]) == "-"  # QDQ: ORT picks the kernels at load time
+    pre = quant.preprocess(ensure_digits_cnn(), tmp_path / "pre.onnx")
+    qoperator = quant.make_static_int8(pre, tmp_path / "qop.onnx", quant_format="QOperator")
+    assert quant.integer_operand_types(qoperator) == "QLinearConv int8 x int8 x2, QGemm int8 x int8 x1"
 
 
 # ---------------------------------------------------------------- memory arithmetic
@@ -341,3 +418,16 @@ def test_ensure_digits_cnn_int8_regenerates_when_stale():
     onnx.save(model, path)
     quant.ensure_digits_cnn_int8()
     assert {p.key: p.value for p in onnx.load(path).metadata_props}[quant.SOURCE_KEY] == stamp
+
+
+def test_ensure_digits_cnn_int8_regenerates_when_made_with_other_settings():
+    # a file from before reduce_range (same source, no settings stamp) must not be reused
+    path = quant.ensure_digits_cnn_int8()
+    model = onnx.load(path)
+    props = {p.key: p.value for p in model.metadata_props if p.key != quant.SETTINGS_KEY}
+    del model.metadata_props[:]
+    onnx.helper.set_model_props(model, props)
+    onnx.save(model, path)
+    quant.ensure_digits_cnn_int8()
+    stored = {p.key: p.value for p in onnx.load(path).metadata_props}
+    assert json.loads(stored[quant.SETTINGS_KEY]) == quant.CNN_INT8_SETTINGS

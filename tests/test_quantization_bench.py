@@ -31,13 +31,16 @@ def test_suite_prints_ratios_checks_targets_and_writes_json(small_mlp, capsys):
     status = bench.main(["quantization", "--repeat", "2"])
     out = capsys.readouterr().out
     assert "=== benchmark suite: quantization" in out
-    for needle in ("CPU architecture", "size/FP32", "lat/FP32 b64", "INT8 dynamic", "INT8 static", "INT4 weights", "Targets:", "wrote bench_quantization.json"):
+    for needle in ("CPU architecture", "size/FP32", "lat/FP32 b64", "INT8 dynamic", "INT8 static", "INT4 weights", "Targets:",
+                   "timing noise (A/A", "1 test image = 0.185 points", "No INT4 row for the CNN", "wrote bench_quantization.json"):
         assert needle in out, needle
     payload = json.loads((small_mlp / "bench_quantization.json").read_text())
     mlp, cnn = payload["models"]
     assert mlp["model"].startswith("wide MLP") and cnn["model"] == "digits CNN"
     ratios = payload["ratios"][mlp["model"]]
-    assert set(ratios) == {"INT8 dynamic", "INT8 static", "INT4 weights", "FP16"}
+    assert set(ratios) == {"INT8 dynamic", "INT8 static", "INT4 weights", "FP16", quantization.AA_NAME}
+    assert "INT4 weights" not in payload["ratios"][cnn["model"]]  # the CNN has no MatMul: INT4 would be FP32 again
+    assert ratios[quantization.AA_NAME]["size"] == 1.0 and ratios[quantization.AA_NAME]["accuracy_delta_points"] == 0.0
     assert 0.2 < ratios["INT8 dynamic"]["size"] < 0.4  # int8 weights: about a quarter of fp32
     assert ratios["INT4 weights"]["size"] < ratios["INT8 dynamic"]["size"]
     targets = payload["targets"]

@@ -11,21 +11,29 @@ import numpy as np
 from labsupport.data import load_digits
 from labsupport.exercises import Exercise, Incorrect
 
+MLP_INPUT = "pixels"
 BROKEN_PERCENTILE = 80.0  # exercise 2: Percentile calibration that clips the top 20% of every activation
 RESTORE_THRESHOLD = 0.97
 MAX_BATCHES = 10_000
+COMPUTE_OPS = {"Gemm", "MatMul", "Conv"}
 
 
-def _sorted_rows(images: np.ndarray) -> np.ndarray:
-    flat = np.ascontiguousarray(images.reshape(len(images), -1))
-    return flat[np.lexsort(flat.T[::-1])]
+# ------------------------------------------------------------------ exercise 1: a reader for the MLP
 
 
-def _check_reader(reader) -> str:
-    if not hasattr(reader, "get_next") or not callable(reader.get_next):
-        raise Incorrect(f"expected a CalibrationDataReader instance (an object with get_next()), got {type(reader).__name__}")
-    if isinstance(reader, type):
-        raise Incorrect("that is the class; pass an instance: answer = YourReader()")
+def _sorted_rows(rows: np.ndarray) -> np.ndarray:
+    rows = np.ascontiguousarray(rows.reshape(len(rows), -1))
+    return rows[np.lexsort(rows.T[::-1])]
+
+
+def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
+    return len(a) == len(b) and np.array_equal(_sorted_rows(a), _sorted_rows(b))
+
+
+def _fed_rows(reader, batch_size: int) -> np.ndarray:
+    """Every batch the reader hands out, checked for the MLP's input format, concatenated."""
+    if not callable(getattr(reader, "get_next", None)):
+        raise Incorrect(f"calling your class must give a reader with get_next(), got {type(reader).__name__}")
     batches = []
     for _ in range(MAX_BATCHES):
         item = reader.get_next()
@@ -36,76 +44,152 @@ def _check_reader(reader) -> str:
         raise Incorrect(f"get_next() never returned None after {MAX_BATCHES} batches; it must return None when the split is used up")
     if not batches:
         raise Incorrect("the first get_next() already returned None: the reader yields no data")
-    arrays = []
     for number, item in enumerate(batches):
-        if not isinstance(item, dict) or set(item) != {"image"}:
+        if not isinstance(item, dict) or set(item) != {MLP_INPUT}:
             got = sorted(item) if isinstance(item, dict) else type(item).__name__
-            raise Incorrect(f"batch {number} must be a dict {{'image': array}} (the CNN's input name), got {got}")
-        array = np.asarray(item["image"])
-        if array.dtype != np.float32 or array.ndim != 4 or array.shape[1:] != (1, 8, 8):
-            raise Incorrect(f"batch {number} must be a float32 array of shape (N, 1, 8, 8), got {array.dtype} {array.shape}")
-        arrays.append(array)
-    sizes = sorted({len(a) for a in arrays})
-    if len(sizes) > 1:
-        raise Incorrect(f"batches have different sizes {sizes}; Entropy/Percentile calibration needs equal batches (180 = 9 x 20)")
-    fed = np.concatenate(arrays)
+            raise Incorrect(f"batch {number} must be a dict {{'{MLP_INPUT}': array}} (the MLP's input name), got {got}")
+        array = item[MLP_INPUT]
+        if not isinstance(array, np.ndarray) or array.dtype != np.float32 or array.ndim != 2 or array.shape[1] != 64:
+            got = f"{array.dtype} {array.shape}" if isinstance(array, np.ndarray) else type(array).__name__
+            raise Incorrect(f"batch {number} must be a float32 array of flat rows, shape (N, 64), got {got}")
+        if len(array) != batch_size:
+            raise Incorrect(f"batch {number} has {len(array)} rows; every batch must have batch_size={batch_size} rows")
+    return np.concatenate([item[MLP_INPUT] for item in batches])
+
+
+def _check_reader_class(reader_class) -> str:
+    is_instance = not isinstance(reader_class, type) and callable(getattr(reader_class, "get_next", None))
+    if not callable(reader_class) or is_instance:
+        raise Incorrect("answer with the class itself (answer = MlpReader), not an instance: the checker makes several readers")
     digits = load_digits()
-    for name in ("test", "train"):
-        other = getattr(digits, name).images
-        if len(fed) == len(other) and np.array_equal(_sorted_rows(fed), _sorted_rows(other)):
-            raise Incorrect(f"this is the {name} split; calibrate on the calibration split (load_digits().calibration)")
-    expected = digits.calibration.images
-    if len(fed) != len(expected) or not np.array_equal(_sorted_rows(fed), _sorted_rows(expected)):
-        raise Incorrect(f"the reader fed {len(fed)} images; it must feed each of the {len(expected)} calibration images exactly once")
-    return f"{len(arrays)} equal batches of {sizes[0]} calibration images"
+    cases = [("calibration", digits.calibration, 60), ("test", digits.test, 20)]
+    for name, split, batch_size in cases:
+        try:
+            reader = reader_class(split, batch_size)
+        except ValueError as error:
+            raise Incorrect(f"MlpReader({name} split, {batch_size}) raised ValueError ({error}), but {batch_size} divides "
+                            f"its {len(split)} images") from None
+        fed = _fed_rows(reader, batch_size)
+        if name != "calibration" and _same_rows(fed, digits.calibration.flat):
+            raise Incorrect(f"given the {name} split, the reader fed the calibration images: read the split it is given")
+        if not _same_rows(fed, split.flat):
+            raise Incorrect(
+                f"given the {name} split ({len(split)} images) in batches of {batch_size}, the reader fed {len(fed)} rows, "
+                "not each of its images exactly once (split.flat holds them as rows)"
+            )
+    try:
+        reader_class(digits.calibration, 7)
+    except ValueError:
+        pass
+    else:
+        raise Incorrect(
+            "MlpReader(calibration, 7) must raise ValueError: 180 images do not split into equal batches of 7, "
+            "and the histogram calibrators fail on a ragged last batch"
+        )
+    return "flat float32 rows under 'pixels', every image of the given split once, in equal batches"
+
+
+# ------------------------------------------------------------------ exercise 2: exclude the sensitive node
 
 
 @functools.lru_cache(maxsize=None)
-def _mlp_preprocessed() -> str:
+def mlp_preprocessed() -> str:
+    """Path of the pre-processed wide MLP (Gemm layers) that exercise 2 quantizes."""
     from labsupport.paths import artifact
     from labsupport.quantization import ensure_digits_mlp, preprocess
 
     path = artifact("quantization/exercises/digits_mlp_pre.onnx")
     if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
         preprocess(ensure_digits_mlp(), path)
     return str(path)
 
 
-def mlp_node_names() -> list[str]:
-    """Node names of the pre-processed wide MLP (what ``nodes_to_exclude`` takes in exercise 2)."""
-    import onnx
+def _activation_scales(model) -> dict[str, float]:
+    """{tensor: scale} of every activation a QDQ model quantizes (weights left out)."""
+    from onnx import numpy_helper
 
-    return [node.name for node in onnx.load(_mlp_preprocessed()).graph.node]
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    return {
+        node.input[0]: float(constants[node.input[1]])
+        for node in model.graph.node
+        if node.op_type == "QuantizeLinear" and node.input[0] not in constants and node.input[1] in constants
+    }
 
 
 @functools.lru_cache(maxsize=None)
-def accuracy_excluding(node: str) -> float:
-    """Test accuracy of the MLP after the exercise's Percentile-80 static INT8 with ``node`` left in FP32 ("" = none)."""
-    from labsupport.quantization import accuracy, make_static_int8
+def _broken_scales() -> tuple[tuple[str, float], ...]:
+    """Activation scales of the MLP after the exercise's Percentile-80 calibration (what every answer must keep)."""
+    import onnx
+
+    from labsupport.quantization import make_static_int8
 
     with tempfile.TemporaryDirectory() as folder:
-        out = make_static_int8(
-            _mlp_preprocessed(), Path(folder) / "mlp_int8.onnx", method="Percentile",
-            extra_options={"CalibPercentile": BROKEN_PERCENTILE}, nodes_to_exclude=[node] if node else [],
+        out = make_static_int8(mlp_preprocessed(), Path(folder) / "broken.onnx", method="Percentile",
+                               extra_options={"CalibPercentile": BROKEN_PERCENTILE})
+        return tuple(sorted(_activation_scales(onnx.load(out)).items()))
+
+
+def float_compute_nodes(model) -> list[str]:
+    """Names of the Gemm/MatMul/Conv nodes whose weights are still float: the nodes ``nodes_to_exclude`` left in FP32."""
+    from onnx import TensorProto
+
+    floats = {t.name for t in model.graph.initializer if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)}
+    return [node.name for node in model.graph.node if node.op_type in COMPUTE_OPS and node.input[1] in floats]
+
+
+def _check_model(model) -> str:
+    """The single node the quantized MLP leaves in FP32, once the file is shown to be the exercise's QDQ model."""
+    from onnx import TensorProto, numpy_helper
+
+    ops = {node.op_type for node in model.graph.node}
+    if not {"QuantizeLinear", "DequantizeLinear"} <= ops:
+        raise Incorrect("the file at dst has no QuantizeLinear/DequantizeLinear nodes: quantize it with quantize_static (QDQ format)")
+    dequantized = {node.input[0] for node in model.graph.node if node.op_type == "DequantizeLinear"}
+    weights = [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == TensorProto.INT8 and t.name in dequantized]
+    if weights and max(int(np.abs(w.astype(np.int32)).max()) for w in weights) > 64:
+        raise Incorrect("the weights use 8 bits: quantize with reduce_range=True as the course does (section 6), so the result holds on every CPU")
+    excluded = float_compute_nodes(model)
+    if not excluded:
+        raise Incorrect("every layer is quantized: leave one node in FP32 with nodes_to_exclude=[its name]")
+    if len(excluded) > 1:
+        raise Incorrect(f"{len(excluded)} layers stay in FP32 ({', '.join(excluded)}); exclude a single node: find the one that matters")
+    expected = dict(_broken_scales())
+    mine = _activation_scales(model)
+    shared = set(mine) & set(expected)
+    if not shared or any(not np.isclose(mine[t], expected[t], rtol=1e-6) for t in shared):
+        raise Incorrect(
+            f"the activation ranges are not those of Percentile calibration at {BROKEN_PERCENTILE:g}: keep "
+            f"calibrate_method=CalibrationMethod.Percentile, extra_options={{'CalibPercentile': {BROKEN_PERCENTILE}}} "
+            "(better calibration is the other remedy; this exercise practises nodes_to_exclude)"
         )
-        return accuracy(out)
+    return excluded[0]
 
 
-def _check_exclude(node) -> str:
-    if isinstance(node, (list, tuple)):
-        raise Incorrect("give one node name (a str), not a list: the point is to find the single node that matters")
-    if not isinstance(node, str):
-        raise Incorrect(f"expected a node name (str), got {type(node).__name__}")
-    names = mlp_node_names()
-    if node not in names:
-        raise Incorrect(f"{node!r} is not a node of the pre-processed MLP; its nodes are {names}")
-    restored = accuracy_excluding(node)
+def _check_quantize_function(quantize_mlp) -> str:
+    import onnx
+
+    from labsupport.quantization import accuracy, quiet
+
+    if isinstance(quantize_mlp, str) or not callable(quantize_mlp):
+        raise Incorrect(f"answer with your function quantize_mlp(src, dst), got {type(quantize_mlp).__name__}")
+    with tempfile.TemporaryDirectory() as folder:
+        dst = Path(folder) / "mlp_int8.onnx"
+        with quiet():
+            quantize_mlp(mlp_preprocessed(), str(dst))
+        if not dst.is_file():
+            raise Incorrect("quantize_mlp(src, dst) wrote nothing at dst: give dst to quantize_static as the output path")
+        node = _check_model(onnx.load(str(dst)))
+        restored = accuracy(dst)
     if restored < RESTORE_THRESHOLD:
         raise Incorrect(
             f"leaving {node!r} in FP32 gives {restored:.1%}, below {RESTORE_THRESHOLD:.0%}; "
             "the SQNR table is a clue, not a proof: try each candidate and measure"
         )
-    return f"without quantizing {node!r} the MLP is back at {restored:.1%}"
+    return f"with {node!r} left in FP32 the MLP is back at {restored:.1%}"
+
+
+# ------------------------------------------------------------------ exercise 3: LLM memory
 
 
 def _check_int4_gb(value) -> str:
@@ -124,43 +208,50 @@ def _check_int4_gb(value) -> str:
 
 q1 = Exercise(
     1,
-    "a calibration data reader over the calibration split",
-    _check_reader,
+    "a calibration reader for the wide MLP",
+    _check_reader_class,
     hint=(
-        "Subclass onnxruntime.quantization.CalibrationDataReader. In __init__ make a list of "
-        "{'image': batch} dicts from load_digits().calibration.images in slices of 20 (180 = 9 x 20) "
-        "and keep an iterator; get_next() returns next(iterator, None)."
+        "The MLP reads 'pixels', rows of 64 floats: split.flat holds them. In __init__(self, split, batch_size) "
+        "raise ValueError when len(split.flat) % batch_size != 0, then keep an iterator over "
+        "[{'pixels': rows[i:i + batch_size]} ...]; get_next() returns next(iterator, None)."
     ),
     solution_code="""
         from onnxruntime.quantization import CalibrationDataReader
-        from labsupport.data import load_digits
 
-        class CalibrationSplitReader(CalibrationDataReader):
-            def __init__(self, batch_size=20):
-                images = load_digits().calibration.images
-                batches = [{"image": images[i:i + batch_size]} for i in range(0, len(images), batch_size)]
-                self._batches = iter(batches)
+        class MlpReader(CalibrationDataReader):
+            def __init__(self, split, batch_size):
+                rows = split.flat
+                if len(rows) % batch_size:
+                    raise ValueError(f"batch_size {batch_size} does not divide the {len(rows)} images")
+                self._batches = iter([{"pixels": rows[i:i + batch_size]} for i in range(0, len(rows), batch_size)])
 
             def get_next(self):
                 return next(self._batches, None)
 
-        answer = CalibrationSplitReader()
+        answer = MlpReader
     """,
 )
 
 q2 = Exercise(
     2,
-    "find the node to exclude that restores accuracy",
-    _check_exclude,
+    "leave the sensitive node in FP32 yourself",
+    _check_quantize_function,
     hint=(
-        "mlp_node_names() lists the candidates. For each name, accuracy_excluding(name) quantizes the "
-        "MLP with that node left in FP32 and returns the test accuracy; keep the one that reaches 97%."
+        "Inside quantize_mlp(src, dst) call quantize_static(src, dst, quant.reader_for(src), per_channel=True, "
+        "reduce_range=True, calibrate_method=CalibrationMethod.Percentile, extra_options={'CalibPercentile': 80.0}, "
+        "nodes_to_exclude=[name]). To find the name, make a version that takes the node as a third argument, run it "
+        "for each Gemm of onnx.load(mlp_pre).graph.node, and measure quant.accuracy of each result."
     ),
     solution_code="""
-        from labsupport.exercises.nb06 import accuracy_excluding, mlp_node_names
+        from onnxruntime.quantization import CalibrationMethod, quantize_static
+        from labsupport import quantization as quant
 
-        scores = {name: accuracy_excluding(name) for name in mlp_node_names()}
-        answer = max(scores, key=scores.get)
+        def quantize_mlp(src, dst, node="node_matmul/MatMulAddFusion"):  # the first Gemm: measured, the only one that helps
+            quantize_static(src, dst, quant.reader_for(src), per_channel=True, reduce_range=True,
+                            calibrate_method=CalibrationMethod.Percentile, extra_options={"CalibPercentile": 80.0},
+                            nodes_to_exclude=[node])
+
+        answer = quantize_mlp
     """,
 )
 
