@@ -23,8 +23,13 @@ Each public helper says in its docstring which notebook introduces it. Modules, 
 """
 
 import os
+import warnings
 
 __version__ = "0.1.0"
+
+# transformers, optimum and onnxruntime-extensions import tqdm.auto, which warns in a notebook kernel
+# without ipywidgets; the course's progress bars are plain text, so the warning only adds noise
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 if os.environ.get("ONNX_LAB_KERNELS"):
     from labsupport import kernels
