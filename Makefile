@@ -15,7 +15,8 @@ LATEST := .venv-latest
 NODE_DIRS := $(patsubst %/package.json,%,$(wildcard deploy/*/package.json))
 # notebooks whose outputs come from ONNX Runtime kernels that differ between CPUs (not 05/07/08: timings, levels)
 KERNEL_NOTEBOOKS := $(addprefix notebooks/,01_graphs_by_hand.ipynb 02_from_pytorch.ipynb 03_from_tensorflow_keras.ipynb \
-  04_from_scikit_learn.ipynb 06_quantization.ipynb 09_deploy_edge.ipynb 10_custom_operators.ipynb 11_transformers_and_llms.ipynb)
+  04_from_scikit_learn.ipynb 06_quantization.ipynb 09_deploy_edge.ipynb 10_custom_operators.ipynb 11_transformers_and_llms.ipynb \
+  12_hugging_face_transformers.ipynb)
 KERNEL_VARIANTS := u8u8 qdq-float no-layout
 
 .PHONY: lab test portability test-latest bench doctor nav js-deps web serve docs docs-serve student clean help

@@ -1,0 +1,128 @@
+"""Exercises of notebook 12 (Hugging Face transformers to ONNX): a KV-cache export with Optimum, counting fused Attention nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from labsupport.exercises import Exercise, Incorrect
+
+PARITY_PROMPTS = 32
+
+
+# ---------------------------------------------------------------- exercise 1: export with past key values
+def _folder(answer: object) -> Path:
+    if not isinstance(answer, (str, os.PathLike)):
+        raise Incorrect(f"expected the path of the exported folder (a str or Path), got {type(answer).__name__}")
+    folder = Path(answer)
+    if not folder.is_dir():
+        raise Incorrect(f"{folder.name!r} is not a folder: give the output folder that main_export / optimum-cli wrote")
+    if not (folder / "model.onnx").is_file():
+        raise Incorrect(f"{folder.name!r} has no model.onnx: is it the export's output folder?")
+    return folder
+
+
+def _check_past_export(answer: object) -> str:
+    folder = _folder(answer)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8")) if (folder / "config.json").is_file() else {}
+    if config.get("model_type") != "llama":
+        raise Incorrect(f"that folder holds a {config.get('model_type', 'model without config.json')!r}, not the tiny Llama")
+    inputs = [i.name for i in onnx.load(folder / "model.onnx", load_external_data=False).graph.input]
+    if not any(name.startswith("past_key_values") for name in inputs):
+        raise Incorrect(f"the model has no past_key_values inputs ({inputs}): export with task='text-generation-with-past'")
+
+    from optimum.onnxruntime import ORTModelForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    from labsupport import hf
+    from labsupport import transformer as T
+
+    prompts = T.make_reversal_data(PARITY_PROMPTS, seed=7).prompts
+    want = hf.greedy_tokens(AutoModelForCausalLM.from_pretrained(hf.ensure_tiny_llama()).eval(), prompts, T.ANSWER_LENGTH)
+    got = hf.greedy_tokens(ORTModelForCausalLM.from_pretrained(str(folder)), prompts, T.ANSWER_LENGTH)
+    differ = int(np.sum(np.any(got != want, axis=1)))
+    if differ:
+        raise Incorrect(
+            f"{differ} of {PARITY_PROMPTS} greedy generations differ from transformers': was it exported from hf.ensure_tiny_llama()?"
+        )
+    return f"{len(inputs) - 3} past_key_values inputs, and {PARITY_PROMPTS} greedy generations token-exact with transformers"
+
+
+# ---------------------------------------------------------------- exercise 2: count the fused Attention nodes
+MS = "com.microsoft"
+# (nodes as (op_type, domain), the count of com.microsoft Attention nodes)
+Q2_GRAPHS: list[tuple[list[tuple[str, str]], int]] = [
+    ([("Attention", MS)] * 3 + [("MultiHeadAttention", MS), ("Softmax", "")], 3),
+    ([("MatMul", ""), ("Softmax", ""), ("Softmax", "")], 0),
+    ([("GroupQueryAttention", MS)] * 2 + [("Attention", MS), ("Attention", "my.custom.domain")], 1),
+]
+
+
+def _write_graph(nodes: list[tuple[str, str]], path: Path) -> None:
+    """A chain x -> y0 -> y1 ... of the given ops: enough to count, not meant to run."""
+    names = ["x", *(f"y{i}" for i in range(len(nodes)))]
+    graph_nodes = [helper.make_node(op, [names[i]], [names[i + 1]], domain=domain) for i, (op, domain) in enumerate(nodes)]
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1])  # noqa: E731
+    graph = helper.make_graph(graph_nodes, "count_me", [value(names[0])], [value(names[-1])])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(MS, 1), helper.make_opsetid("my.custom.domain", 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), path)
+
+
+def _check_count(answer: object) -> str:
+    if not callable(answer):
+        raise Incorrect(f"expected a function path -> number of Attention nodes, got {type(answer).__name__}")
+    with tempfile.TemporaryDirectory() as folder:
+        for index, (nodes, want) in enumerate(Q2_GRAPHS):
+            path = Path(folder) / f"graph{index}.onnx"
+            _write_graph(nodes, path)
+            got = answer(str(path))
+            if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
+                raise Incorrect(f"answer(path) must return a whole number, got {type(got).__name__} {got!r}")
+            if got != want:
+                listing = ", ".join(f"{op} ({domain or 'ai.onnx'})" for op, domain in nodes)
+                raise Incorrect(f"a graph with {listing} holds {want} com.microsoft Attention node(s), your function says {got}")
+    return "only com.microsoft Attention counts; now try answer(FUSED_BERT): one per layer"
+
+
+q1 = Exercise(
+    1,
+    "export with past key values",
+    _check_past_export,
+    hint=(
+        "main_export(hf.ensure_tiny_llama(), <folder>, task=...) with the task whose name ends in '-with-past'; "
+        "the folder can be paths.artifact('nb12/my_export')."
+    ),
+    solution_code="""
+        from optimum.exporters.onnx import main_export
+
+        from labsupport import hf, paths
+
+        answer = paths.artifact("nb12/exercise_with_past")
+        main_export(str(hf.ensure_tiny_llama()), str(answer), task="text-generation-with-past")
+    """,
+)
+
+q2 = Exercise(
+    2,
+    "count the fused attention",
+    _check_count,
+    hint=(
+        "onnx.load(path) gives the model; walk model.graph.node and count the nodes whose op_type is exactly "
+        "'Attention' AND whose domain is 'com.microsoft' (the standard domain is '')."
+    ),
+    solution_code="""
+        import onnx
+
+        def answer(path):
+            model = onnx.load(path, load_external_data=False)
+            return sum(node.op_type == "Attention" and node.domain == "com.microsoft" for node in model.graph.node)
+    """,
+)
+
+EXERCISES = [q1, q2]
