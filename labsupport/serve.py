@@ -3,12 +3,13 @@
 Introduced in notebook 08. ``start(model)`` runs ``python -m deploy.service`` on loopback port 0
 (the service binds a free port itself and logs it; no probe-then-bind race) and waits for ``/ready``; the returned ``Service`` is a context manager whose ``stop()``
 shuts it down with SIGTERM (graceful) and returns the exit status. ``load_test`` sends a bounded
-number of requests at a fixed concurrency (threads, one HTTP connection each) and reports
-throughput and p50/p99 latency. Everything stays on 127.0.0.1.
+number of requests at a fixed concurrency (asyncio clients, one keep-alive connection each) and
+reports throughput and p50/p99 latency. Everything stays on 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import importlib
 import json
@@ -19,16 +20,16 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import ParseResult, urlparse
 
 import numpy as np
 
@@ -309,6 +310,61 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values) * 1000.0, q)) if values else float("nan")
 
 
+class _Connection:
+    """One keep-alive HTTP/1.1 connection to the service: just enough protocol for its Content-Length answers.
+
+    The load generator is not a general HTTP client: it talks to ``deploy/service`` on loopback,
+    where every answer has a Content-Length. Any failure closes the connection; the next request
+    opens a new one.
+    """
+
+    def __init__(self, url: ParseResult):
+        self.url = url
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        """Send one request and read its answer: (status, body)."""
+        if self._streams is None:
+            try:
+                self._streams = await asyncio.open_connection(self.url.hostname, self.url.port or 80)
+            except OSError as error:
+                raise _RequestFailed("ConnectError", error) from None
+        reader, writer = self._streams
+        head = f"{method} {path} HTTP/1.1\r\nhost: {self.url.netloc}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        try:
+            writer.write(head.encode("ascii") + body)
+            status_line, *header_lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in header_lines if line)}
+            status, content = int(status_line.split()[1]), await reader.readexactly(int(headers["content-length"]))
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, KeyError, ValueError, IndexError) as error:
+            self.close()
+            raise _RequestFailed("ReadError", error) from None
+        except asyncio.CancelledError:  # a per-request timeout: the answer may still come, so the connection is unusable
+            self.close()
+            raise
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return status, content
+
+    def close(self) -> None:
+        if self._streams is not None:
+            self._streams[1].close()
+            self._streams = None
+
+
+class _RequestFailed(Exception):
+    """A request that got no HTTP answer (status 0): connection refused, reset or a malformed answer."""
+
+    def __init__(self, kind: str, error: BaseException):
+        super().__init__(f"{kind}: {type(error).__name__}: {error}")
+
+
+def _run_in_own_loop(coroutine: Any) -> Any:
+    """Run ``coroutine`` on a fresh event loop in a helper thread (Jupyter's own loop is already running)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="load-test") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def load_test(
     url: str,
     bodies: Sequence[dict[str, Any]],
@@ -319,15 +375,15 @@ def load_test(
     timeout: float = 60.0,
     probe: str | None = None,
 ) -> LoadResult:
-    """POST ``requests`` bodies (cycling through ``bodies``) to ``url``/predict from ``concurrency`` threads.
+    """POST ``requests`` bodies (cycling through ``bodies``) to ``url``/predict from ``concurrency`` clients.
 
-    ``expected[i]`` are the predictions body ``i`` must get (mismatches count as ``wrong``).
-    ``probe`` (e.g. "/health") is polled every 10 ms meanwhile and its latency reported: it shows
-    whether the event loop stays responsive. Bounded: at most 50,000 requests, concurrency 64
-    and ``timeout`` seconds (unsent requests are then not counted).
+    Each client is one keep-alive connection on one asyncio event loop: the load generator costs
+    little CPU, so at 32 clients it measures the service, not itself (a thread per client would
+    fight over the GIL). ``expected[i]`` are the predictions body ``i`` must get (mismatches count
+    as ``wrong``). ``probe`` (e.g. "/health") is polled every 10 ms meanwhile and its latency
+    reported: it shows whether the event loop stays responsive. Bounded: at most 50,000 requests,
+    concurrency 64 and ``timeout`` seconds (unsent requests are then not counted).
     """
-    import httpx
-
     _check_loopback(url)
     if not 1 <= concurrency <= MAX_CONCURRENCY:
         raise ValueError(f"concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
@@ -337,87 +393,82 @@ def load_test(
         raise ValueError("bodies must hold at least one request body")
     if expected is not None and len(expected) != len(bodies):
         raise ValueError(f"expected must have one entry per body: {len(expected)} != {len(bodies)}")
-    timeout = min(timeout, MAX_SECONDS)
     encoded = [json.dumps(body).encode() for body in bodies]
-    headers = {"content-type": "application/json"}
-    lock = threading.Lock()
+    return _run_in_own_loop(_load(urlparse(url), encoded, concurrency, requests, expected, min(timeout, MAX_SECONDS), probe))
+
+
+async def _load(
+    url: ParseResult, encoded: list[bytes], concurrency: int, requests: int, expected: Sequence[Sequence[int]] | None, timeout: float, probe: str | None
+) -> LoadResult:
     counter = iter(range(requests))
     latencies: list[float] = []
     statuses: Counter[int] = Counter()
-    wrong = errors = 0
-    first_error: list[str] = []
+    failures: list[tuple[int, str]] = []  # (status, reason) of every bad answer
     deadline = time.monotonic() + timeout
-    done = threading.Event()
 
-    def worker() -> None:
-        nonlocal wrong, errors
-        with httpx.Client(base_url=url, timeout=30.0, headers=headers) as client:
-            while time.monotonic() < deadline:
-                with lock:
-                    i = next(counter, None)
-                if i is None:
+    async def client() -> None:
+        connection = _Connection(url)
+        try:
+            for i in counter:
+                if time.monotonic() >= deadline:
                     return
                 body = i % len(encoded)
                 start = time.perf_counter()
                 try:
-                    response = client.post("/predict", content=encoded[body])
-                    elapsed = time.perf_counter() - start
-                    status = response.status_code
-                    good = status == 200 and (expected is None or response.json()["predictions"] == list(expected[body]))
-                    reason = "" if good else (f"HTTP {status}: {response.text[:200]}" if status != 200 else f"wrong predictions for body {body}")
-                except httpx.HTTPError as error:
-                    elapsed, status, good, reason = time.perf_counter() - start, 0, False, f"{type(error).__name__}: {error}"
-                with lock:
-                    latencies.append(elapsed)
-                    statuses[status] += 1
-                    if not good:
-                        if status == 200:
-                            wrong += 1
-                        else:
-                            errors += 1
-                        if not first_error:
-                            first_error.append(reason)
+                    status, content = await asyncio.wait_for(connection.request("POST", "/predict", encoded[body]), 30.0)
+                    reason = "" if status == 200 else f"HTTP {status}: {content[:200].decode(errors='replace')}"
+                except (_RequestFailed, TimeoutError) as error:
+                    status, content, reason = 0, b"", str(error) or "TimeoutError: no answer in 30 s"
+                latencies.append(time.perf_counter() - start)
+                statuses[status] += 1
+                if not reason and expected is not None and json.loads(content)["predictions"] != list(expected[body]):
+                    reason = f"wrong predictions for body {body}"
+                if reason:
+                    failures.append((status, reason))
+        finally:
+            connection.close()
 
     probe_latencies: list[float] = []
 
-    def prober() -> None:
-        with httpx.Client(base_url=url, timeout=30.0) as client:
+    async def prober(done: asyncio.Event) -> None:
+        connection = _Connection(url)
+        try:
             while not done.is_set():
                 start = time.perf_counter()
                 try:
-                    client.get(probe)
+                    await asyncio.wait_for(connection.request("GET", probe), 30.0)
                     probe_latencies.append(time.perf_counter() - start)
-                except httpx.HTTPError:
+                except (_RequestFailed, TimeoutError):
                     pass
-                done.wait(0.01)
+                await asyncio.sleep(0.01)
+        finally:
+            connection.close()
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
-    probe_thread = threading.Thread(target=prober, daemon=True) if probe else None
+    done = asyncio.Event()
+    probe_task = asyncio.create_task(prober(done)) if probe else None
     began = time.perf_counter()
-    if probe_thread:
-        probe_thread.start()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()) + 35.0)
+    clients = [asyncio.create_task(client()) for _ in range(concurrency)]
+    _, late = await asyncio.wait(clients, timeout=timeout + 35.0)
+    for task in late:
+        task.cancel()
     seconds = time.perf_counter() - began
     done.set()
-    if probe_thread:
-        probe_thread.join(35.0)
+    if probe_task:
+        await probe_task
     sent = len(latencies)
-    ok = statuses.get(200, 0) - wrong
+    wrong = sum(1 for status, _ in failures if status == 200)
     return LoadResult(
         concurrency=concurrency,
         requests=sent,
-        ok=ok,
-        errors=errors,
+        ok=statuses.get(200, 0) - wrong,
+        errors=len(failures) - wrong,
         wrong=wrong,
         seconds=seconds,
         throughput=sent / seconds if seconds > 0 else float("nan"),
         p50_ms=_percentile(latencies, 50),
         p99_ms=_percentile(latencies, 99),
         statuses=dict(sorted(statuses.items())),
-        first_error=first_error[0] if first_error else "",
+        first_error=failures[0][1] if failures else "",
         probe_p50_ms=_percentile(probe_latencies, 50) if probe else None,
         probe_p99_ms=_percentile(probe_latencies, 99) if probe else None,
     )

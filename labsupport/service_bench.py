@@ -1,7 +1,8 @@
 """The service benchmark of notebook 08: dynamic batching vs one inference per request, over real HTTP.
 
-Introduced in notebook 08, which plots ``compare_batching()``; ``python -m labsupport.bench service``
-(and ``make bench``) runs ``main()`` headless: both services serve the heavy stand-in model
+Introduced in notebook 08, which plots ``measure_batching()`` of the services it runs;
+``python -m labsupport.bench service`` (and ``make bench``) runs ``main()`` headless, where
+``compare_batching()`` starts both services: they serve the heavy stand-in model
 (``serve.heavy_classifier``) on 127.0.0.1, the load test alternates between them at each
 concurrency level (so that drift hits both alike), every answer is checked, and the ratios at the
 highest level are printed and written to ``artifacts/bench_service.json``.
@@ -106,32 +107,50 @@ def compare_batching(
     batch_max_size: int = 32,
     batch_max_wait_ms: float = 2.0,
 ) -> BatchingComparison:
-    """Start a per-request and a batching service for ``model`` (default: the heavy stand-in) and load-test both.
+    """Start a per-request and a batching service for ``model`` (default: the heavy stand-in) and ``measure_batching`` them."""
+    model = Path(model) if model is not None else serve.heavy_classifier(artifact(HEAVY_MODEL))
+    with serve.start(model) as plain, serve.start(model, batching=True, batch_max_size=batch_max_size, batch_max_wait_ms=batch_max_wait_ms) as batched:
+        return measure_batching(plain, batched, model, levels=levels, scale=scale)
 
-    At each level both get the same single-image requests, alternately; each answer is checked
-    against an in-process ONNX Runtime run of its own input.
+
+def measure_batching(
+    per_request: serve.Service,
+    batching: serve.Service,
+    model: str | Path,
+    *,
+    levels: tuple[int, ...] = LEVELS,
+    scale: float = 1.0,
+    warm_up: int = 40,
+) -> BatchingComparison:
+    """Load-test two running services of ``model``, one inference per request and with the batcher on.
+
+    Each gets ``warm_up`` requests first (the first runs allocate); then at each level both get the
+    same single-image requests, alternately, so that drift hits both alike. Each answer is checked
+    against an in-process ONNX Runtime run of its own input. The batching service's counters come
+    from its ``/metrics``, so it should be fresh.
     """
+    import httpx
     import onnxruntime as ort
 
     from labsupport.data import load_digits
 
-    model = Path(model) if model is not None else serve.heavy_classifier(artifact(HEAVY_MODEL))
+    batcher = httpx.get(batching.url + "/ready", timeout=30).json()["batching"]
+    if batcher is None:
+        raise ValueError("the second service must run with batching=True")
     images = load_digits().test.images[:64]
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     bodies = [serve.payload(images[i : i + 1]) for i in range(len(images))]
     expected = [session.run(None, {session.get_inputs()[0].name: images[i : i + 1]})[0].argmax(axis=1).tolist() for i in range(len(images))]
-    settings = {"model": relative(model), "batch_max_size": batch_max_size, "batch_max_wait_ms": batch_max_wait_ms}
+    settings = {"model": relative(model), "batch_max_size": batcher["max_size"], "batch_max_wait_ms": batcher["max_wait_ms"]}
+    services = {PER_REQUEST: per_request, BATCHING: batching}
     results: dict[str, list[serve.LoadResult]] = {PER_REQUEST: [], BATCHING: []}
-    with serve.start(model) as plain, serve.start(model, batching=True, batch_max_size=batch_max_size, batch_max_wait_ms=batch_max_wait_ms) as batched:
-        services = {PER_REQUEST: plain, BATCHING: batched}
-        for service in services.values():  # warm-up: first runs allocate
-            serve.load_test(service.url, bodies, concurrency=4, requests=40, expected=expected)
-        for concurrency in levels:
-            for mode, service in services.items():
-                run = serve.load_test(service.url, bodies, concurrency=concurrency, requests=requests_for(concurrency, scale), expected=expected, timeout=120)
-                results[mode].append(run)
-        batcher = _batcher_counts(batched.url)
-    return BatchingComparison(tuple(levels), results, settings, batcher)
+    if warm_up:
+        for service in services.values():
+            serve.load_test(service.url, bodies, concurrency=4, requests=warm_up, expected=expected)
+    for concurrency in levels:
+        for mode, service in services.items():
+            results[mode].append(serve.load_test(service.url, bodies, concurrency=concurrency, requests=requests_for(concurrency, scale), expected=expected, timeout=120))
+    return BatchingComparison(tuple(levels), results, settings, _batcher_counts(batching.url))
 
 
 def _batcher_counts(url: str) -> dict[str, float]:

@@ -405,6 +405,31 @@ def test_load_test_counts_connection_errors():
     assert row["variant"] == "nothing listening" and row["errors"] == 4 and "health_p50_ms" not in row
 
 
+def test_load_test_checks_every_answer_and_reports_the_probe(service, test_split, reference):
+    bodies = [serve.payload(test_split.images[i : i + 1]) for i in range(4)]
+    truth = [[int(reference[i].argmax())] for i in range(4)]
+    good = serve.load_test(service.url, bodies, concurrency=3, requests=30, expected=truth, probe="/health")
+    assert (good.requests, good.ok, good.errors, good.wrong, good.statuses) == (30, 30, 0, 0, {200: 30}), good.first_error
+    assert good.probe_p50_ms > 0 and good.probe_p99_ms >= good.probe_p50_ms
+    misread = serve.load_test(service.url, bodies, concurrency=2, requests=8, expected=[[(t[0] + 1) % 10] for t in truth])
+    assert (misread.ok, misread.wrong, misread.errors) == (0, 8, 0) and misread.first_error.startswith("wrong predictions for body")
+
+
+def test_load_test_counts_4xx_and_keeps_serving_on_the_same_connections(service):
+    too_big = {"inputs": np.zeros((MAX_BODY // 200, 1, 8, 8)).tolist()}  # over max_body_bytes: 413
+    for bad, status in (({"inputs": [[0.0] * 64]}, 422), (too_big, 413)):
+        result = serve.load_test(service.url, [{"inputs": GOOD}, bad], concurrency=2, requests=20)
+        assert result.statuses == {200: 10, status: 10} and result.errors == 10, result.statuses
+        assert result.first_error.startswith(f"HTTP {status}: ")
+
+
+def test_measure_batching_needs_a_batching_service(service, model_path):
+    from labsupport import service_bench
+
+    with pytest.raises(ValueError, match="batching=True"):
+        service_bench.measure_batching(service, service, model_path)
+
+
 def test_heavy_classifier_is_a_servable_stand_in(tmp_path):
     path = serve.heavy_classifier(tmp_path / "heavy.onnx", hidden=64, layers=3)
     loaded = svc_model.load_model(path)
