@@ -34,6 +34,7 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.quantization import CalibrationDataReader
 
+from labsupport.bench import speed_verdict
 from labsupport.data import Split, load_digits
 from labsupport.paths import artifact
 
@@ -484,11 +485,9 @@ class VariantReport:
 
     def speed_text(self, name: str, batch_size: int) -> str:
         """``name``'s latency against the baseline in words, saying so when the difference is inside the timing noise."""
-        ratio, noise = self.latency_ratio(name, batch_size), self.timing_noise(batch_size)
-        text = f"{ratio:.2f}x the {self.baseline} time at batch {batch_size}"
-        if abs(ratio - 1) <= noise:
-            return f"{text} (inside the ±{noise:.0%} timing noise: no measurable difference)"
-        return f"{text} ({1 / ratio:.1f}x faster)" if ratio < 1 else f"{text} ({ratio:.1f}x slower)"
+        ratio = self.latency_ratio(name, batch_size)
+        verdict = speed_verdict(ratio, noise=self.timing_noise(batch_size))
+        return f"{ratio:.2f}x the {self.baseline} time at batch {batch_size}: {verdict} {self.baseline}"
 
     def accuracy_delta(self, name: str) -> float:
         """Accuracy change of ``name`` against the baseline, in percentage points (positive: better).

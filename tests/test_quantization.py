@@ -226,9 +226,9 @@ def test_timing_noise_and_speed_text():
         ])
     assert report(10.5, 5.0).timing_noise(64) == pytest.approx(0.10)  # the floor
     assert report(8.5, 5.0).timing_noise(64) == pytest.approx(0.15)  # a noisier A/A run widens it
-    assert report(10.0, 2.5).speed_text("INT8", 64) == "0.25x the FP32 time at batch 64 (4.0x faster)"
-    assert report(10.0, 30.0).speed_text("INT8", 64).endswith("(3.0x slower)")
-    assert "no measurable difference" in report(8.5, 11.2).speed_text("INT8", 64)
+    assert report(10.0, 2.5).speed_text("INT8", 64) == "0.25x the FP32 time at batch 64: 4.00x faster than FP32"
+    assert report(10.0, 30.0).speed_text("INT8", 64).endswith(": 3.00x slower than FP32")
+    assert "as fast as (within ±" in report(8.5, 11.2).speed_text("INT8", 64)
     without_aa = quant.VariantReport("m", "FP32", [quant.VariantResult("FP32", 1.0, 0.9, {1: 1.0})])
     assert without_aa.timing_noise(1) == quant.NOISE_FLOOR
 
