@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,20 @@ def _one_cycle(model: torch.nn.Module, steps: int) -> tuple[torch.optim.Optimize
     return optimizer, torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=steps, pct_start=0.1)
 
 
+def _fit(model: torch.nn.Module, steps: int, loss_at_step: Callable[[int], torch.Tensor]) -> torch.Tensor:
+    """Train ``model`` for ``steps`` one-cycle steps on ``loss_at_step(step)``; leaves it in eval mode."""
+    optimizer, schedule = _one_cycle(model, steps)
+    model.train()
+    for step in range(1, steps + 1):
+        loss = loss_at_step(step)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+    model.eval()
+    return loss
+
+
 def _check_steps(steps: object) -> int:
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"steps must be a positive whole number, got {steps!r}")
@@ -136,17 +150,13 @@ def train_tiny_llama(steps: int = LLAMA_STEPS, seed: int = 0) -> tuple[LlamaForC
     with single_thread():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(tiny_llama_config())
-        optimizer, schedule = _one_cycle(model, steps)
-        model.train()
-        for step in range(1, steps + 1):
+
+        def answer_loss(step: int) -> torch.Tensor:
             batch = torch.from_numpy(T.make_reversal_data(64, seed=seed * 1_000_003 + step).sequences())
             logits = model(batch[:, :-1]).logits[:, T.PROMPT_LENGTH - 1 :]
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, len(T.VOCAB)), batch[:, T.PROMPT_LENGTH :].reshape(-1))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-        model.eval()
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, len(T.VOCAB)), batch[:, T.PROMPT_LENGTH :].reshape(-1))
+
+        loss = _fit(model, steps, answer_loss)
         held_out = T.make_reversal_data(256, seed=seed + 12345)
         accuracy = T.exact_match(greedy_tokens(model, held_out.prompts, T.ANSWER_LENGTH), held_out.answers)
     return model, TrainResult(steps, loss.item(), accuracy, time.perf_counter() - start)
@@ -158,16 +168,12 @@ def train_tiny_bert(steps: int = BERT_STEPS, seed: int = 0) -> tuple[BertForSequ
     with single_thread():
         torch.manual_seed(seed)
         model = BertForSequenceClassification(tiny_bert_config())
-        optimizer, schedule = _one_cycle(model, steps)
-        model.train()
-        for step in range(1, steps + 1):
+
+        def classification_loss(step: int) -> torch.Tensor:
             batch = make_order_data(64, seed=seed * 1_000_003 + step)
-            loss = model(input_ids=torch.from_numpy(batch.ids), labels=torch.from_numpy(batch.labels)).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-        model.eval()
+            return model(input_ids=torch.from_numpy(batch.ids), labels=torch.from_numpy(batch.labels)).loss
+
+        loss = _fit(model, steps, classification_loss)
         held_out = make_order_data(1000, seed=seed + 12345)
         with torch.no_grad():
             predicted = model(input_ids=torch.from_numpy(held_out.ids)).logits.argmax(-1).numpy()
