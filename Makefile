@@ -21,12 +21,14 @@ KERNEL_NOTEBOOKS := $(addprefix notebooks/,01_graphs_by_hand.ipynb 02_from_pytor
 KERNEL_TEST_NOTEBOOKS := $(addprefix notebooks/,02_from_pytorch.ipynb 06_quantization.ipynb 09_deploy_edge.ipynb)
 KERNEL_VARIANTS := u8u8 qdq-float no-layout
 
-.PHONY: lab test portability test-latest bench doctor nav js-deps web serve docs docs-serve student clean help
+.PHONY: lab test lint unit portability test-latest bench doctor nav js-deps web serve docs docs-serve student clean help
 
 help:
 	@echo "make lab          create .venv if needed and open JupyterLab on notebooks/ (PORT=$(PORT), NO_BROWSER=1 on a server)"
-	@echo "make test         create .venv if needed, run the unit tests and execute every notebook with nbval"
-	@echo "make portability  the CPU-sensitive notebooks under each second kernel path of ONNX Runtime (see labsupport/kernels.py)"
+	@echo "make test         create .venv if needed, lint, run the unit and integration tests, execute every notebook with nbval"
+	@echo "make unit         the fast unit tests only (seconds: no ports, browsers or training)"
+	@echo "make lint         ruff check and ruff format --check (make test runs it first)"
+	@echo "make portability  the CPU-sensitive notebooks under each second kernel path of ONNX Runtime (see labsupport/course/kernels.py)"
 	@echo "make bench        headless benchmarks (ratios measured in one run), JSON under artifacts/"
 	@echo "make doctor       check the environment and say what is wrong"
 	@echo "make web          serve the browser demo of notebook 09 on http://127.0.0.1:8000"
@@ -37,15 +39,16 @@ help:
 	@echo "make test-latest  the same tests against the newest releases (not pinned; for maintainers)"
 	@echo "make clean        remove artifacts/ and caches (keeps .venv)"
 
-$(STAMP): requirements.txt pyproject.toml binder/overrides.json
+$(STAMP): requirements.txt pyproject.toml deploy/service/pyproject.toml deploy/web/pyproject.toml binder/overrides.json
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "ERROR: $(PYTHON) not found. Install Python 3.11, or run: make PYTHON=/path/to/python3.11"; exit 1; }
+	@command -v dot >/dev/null 2>&1 || { echo "ERROR: Graphviz's dot not found (it draws the ONNX graphs). Install it: apt-get install graphviz, brew install graphviz, or conda install graphviz"; exit 1; }
 	@echo ">>> [1/3] creating $(VENV) with $$($(PYTHON) --version)"
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	@echo ">>> [2/3] installing the pinned environment (first time: a few minutes)"
 	@$(BIN)/python -m pip install --quiet --upgrade pip
 	@$(BIN)/python -m pip install --quiet --progress-bar off -r requirements.txt
-	@echo ">>> [3/3] installing labsupport (editable)"
-	@$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@echo ">>> [3/3] installing labsupport and the deploy packages onnx_service and onnx_web_demo (editable)"
+	@$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . -e deploy/service -e deploy/web
 	@# JupyterLab settings for the course (no news prompt, no requests to other sites): see binder/overrides.json
 	@mkdir -p $(VENV)/share/jupyter/lab/settings/overrides.d
 	@cp binder/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.d/onnx-lab.json
@@ -66,11 +69,19 @@ lab: $(STAMP) js-deps
 	@$(BIN)/jupyter lab --port=$(PORT) $(if $(NO_BROWSER),--no-browser --ip=127.0.0.1,) $(if $(filter 0,$(shell id -u)),--allow-root,) \
 	  --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb
 
-test: $(STAMP) js-deps
-	@echo ">>> running unit tests, then every notebook with nbval (strict)"
+test: $(STAMP) js-deps lint
+	@echo ">>> unit tests (tests/unit), integration tests (tests/integration), then every notebook with nbval (strict)"
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)
 	@echo ">>> the same outputs from other ONNX Runtime kernels (ONNX_LAB_KERNELS=reference): no output may depend on the CPU"
 	@ONNX_LAB_KERNELS=reference $(BIN)/python -m pytest $(PYTEST_ARGS) $(KERNEL_TEST_NOTEBOOKS)
+
+lint: $(STAMP)
+	@echo ">>> ruff: lint and format check of labsupport, deploy, tests, docs and notebooks"
+	@$(BIN)/ruff check --no-cache .
+	@$(BIN)/ruff format --no-cache --check .
+
+unit: $(STAMP)
+	@$(BIN)/python -m pytest $(PYTEST_ARGS) tests/unit
 
 portability: $(STAMP) js-deps
 	@for variant in $(KERNEL_VARIANTS); do \
@@ -85,14 +96,15 @@ doctor: $(STAMP)
 	@$(BIN)/python -m labsupport doctor
 
 nav: $(STAMP)
-	@$(BIN)/python tools/navigation.py
+	@$(BIN)/python -m labsupport.maintain.navigation
 
 web: $(STAMP) js-deps
-	@$(BIN)/python deploy/web/serve.py
+	@$(BIN)/python -c "from labsupport.topics.edge import web_demo_files; web_demo_files()"
+	@$(BIN)/python -m onnx_web_demo --model artifacts/digits_cnn.onnx --images artifacts/edge/page_images.json --port $${PORT:-8000}
 
 serve: $(STAMP)
-	@$(BIN)/python -c "from labsupport.models import ensure_digits_cnn; ensure_digits_cnn()"
-	@$(BIN)/python -m deploy.service
+	@$(BIN)/python -c "from labsupport.models.digits_cnn import ensure_digits_cnn; ensure_digits_cnn()"
+	@$(BIN)/python -m onnx_service
 
 docs: $(STAMP)
 	@$(BIN)/python docs/build.py $(SITE)
@@ -103,7 +115,7 @@ docs-serve: $(STAMP)
 	@$(BIN)/python -m http.server --bind 127.0.0.1 --directory $(SITE) $${PORT:-8001}
 
 student: $(STAMP)
-	@$(BIN)/python tools/student.py --out $(CLASSROOM)
+	@$(BIN)/python -m labsupport.maintain.student --out $(CLASSROOM)
 
 test-latest:
 	@echo ">>> building $(LATEST) with the newest releases (no pins)"
@@ -111,7 +123,7 @@ test-latest:
 	@$(LATEST)/bin/python -m pip install --quiet --upgrade pip
 	@sed -E -e 's/[=<>!~]=[^;#]*//' -e 's/^torch *$$/torch==2.13.0/' requirements.txt | grep -vE '^\s*(#|$$)' > $(LATEST)/requirements-latest.txt
 	@$(LATEST)/bin/python -m pip install --quiet --upgrade -r $(LATEST)/requirements-latest.txt
-	@$(LATEST)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@$(LATEST)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e . -e deploy/service -e deploy/web
 	@$(LATEST)/bin/python -m pip freeze > $(LATEST)/freeze.txt
 	@echo ">>> versions under test: $(LATEST)/freeze.txt"
 	@# outputs naturally differ from the committed ones with other versions: nbval runs lax (cells must execute)

@@ -1,10 +1,10 @@
-"""Build the course website from the committed notebooks: ``make docs`` (tests/test_docs.py runs it too).
+"""Build the course website from the committed notebooks: ``make docs`` (tests/integration/test_docs.py runs it too).
 
     .venv/bin/python docs/build.py [SITE]      # default build/site; open SITE/index.html or `make docs-serve`
 
 A fresh build every time (``-E``): any warning fails it (``-W``, after reporting all of them), as
 does a broken internal link, a missing picture or a resource loaded from another site
-(docs/sitecheck.py). Sphinx's caches go next to SITE (``doctrees/``, ``jupyter_execute/``).
+(labsupport/maintain/sitecheck.py). Sphinx's caches go next to SITE (``doctrees/``, ``jupyter_execute/``).
 """
 
 from __future__ import annotations

@@ -3,23 +3,16 @@
 The source folder is the repository root, so the README (the landing page) and the notebooks keep
 their own relative links; only README.md and notebooks/*.ipynb are read. Notebooks are never
 executed here: the site shows the outputs that nbval verified. The README's course map becomes the
-site's navigation, and ``docs/sitecheck.py`` fails the build on a broken internal link or image.
+site's navigation, and ``labsupport/maintain/sitecheck.py`` fails the build on a broken internal link or image.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-DOCS = Path(__file__).resolve().parent
-sys.path[:0] = [str(DOCS), str(DOCS.parent / "tools")]
-
-import navigation  # noqa: E402  (tools/navigation.py: the README's course map)
-import sitecheck  # noqa: E402  (docs/sitecheck.py)
+from labsupport.maintain import navigation, sitecheck
 
 project = "ONNX Lab"
 author = "ONNX Lab contributors"
-copyright = "ONNX Lab contributors"  # noqa: A001 (Sphinx's name)
+copyright = "ONNX Lab contributors"
 language = "en"
 
 root_doc = "README"

@@ -1,25 +1,22 @@
 """labsupport: the small helper package that the ONNX Lab notebooks import.
 
-Each public helper says in its docstring which notebook introduces it. Modules, by notebook:
+Each public helper says in its docstring which notebook introduces it. Imports run one way, up this
+list from ``course`` (which imports no other part of labsupport): ``onnxutil`` uses ``course``,
+``models`` uses both, ``topics`` uses the models, the bench suites and ``exercises`` use everything.
+``bench.timing`` imports nothing of labsupport, so every part may use it.
 
-- ``paths``: the repo root, ``data/`` and ``artifacts/`` from any working directory (00)
-- ``data``: the course's data sets, offline and checksum-verified (00)
-- ``env``: version check (``require``), report, ``python -m labsupport doctor`` (00)
 - ``exercises``: the exercise API (``check`` / ``hint`` / ``solution``), one ``nbNN`` module per notebook (00)
-- ``compare``: numerical parity between two sets of outputs (00, 01)
-- ``display``: errors that teach (``expect_error``) and tables (01)
-- ``graph``: summarize / op_histogram / draw an ONNX graph (01)
-- ``models``: the course's PyTorch digits CNN, its training and export, ``ensure_digits_cnn`` (02)
-- ``keras_models``, ``sklearn_models``: the same task in Keras and scikit-learn (03, 04)
-- ``runtime``, ``profiling``, ``bench``, ``runtime_bench``: sessions, providers, profiles, benchmarks (05)
-- ``quantization``, ``quantization_bench``: INT8/INT4 variants measured on size, accuracy, latency (06)
-- ``optimize``: ORT's graph optimizer levels, made visible (07)
-- ``serve``, ``service_bench``: start and load-test the inference service of ``deploy/service``; batching bench (08)
-- ``edge``: the model in a browser, in Node.js and in the ``.ort`` format (09)
-- ``transformer``: a tiny decoder-only transformer with and without a KV cache (11)
-- ``hf``: Hugging Face models built locally, Optimum export, onnxruntime-genai generation (12)
-- ``lifecycle``: model versions in MLflow, the promotion gate, aliases pushed to the service (13)
-- ``kernels``: a second ONNX Runtime kernel path (``ONNX_LAB_KERNELS``) to prove outputs CPU-independent (tests, 06)
+- ``bench``: ``timing`` (measure, ratio tables, plots; 05) and one module per headless suite:
+  ``runtime`` (05), ``quantization`` (06), ``service`` (08); ``python -m labsupport.bench``
+- ``topics``: helpers of one lesson each: ``quantization``, ``hardware``, ``memory`` (06), ``serving`` (08),
+  ``edge`` (09), ``generation`` (11), ``hugging_face`` (12), ``lifecycle`` (13)
+- ``models``: one module per course model (definition, training, export): ``digits_cnn`` (02),
+  ``digits_keras`` (03), ``digits_sklearn`` (04), ``wide_mlp`` (06), ``conv_bn_relu`` (07),
+  ``heavy_classifier`` (08), ``tiny_transformer`` (11); ``contract``: the opset, IR version and digits I/O they share
+- ``onnxutil``: ONNX and ONNX Runtime tools: ``graph`` and ``draw`` (01), ``export`` (02),
+  ``sessions`` and ``profiling`` (05), ``optimize`` (07)
+- ``course``: ``paths``, ``data``, ``env`` (00), ``compare``, ``display`` (01), ``kernels`` (tests, 06)
+- ``maintain``: maintainer tools that no notebook imports (navigation cells, classroom copies, environment files)
 """
 
 import os
@@ -32,6 +29,6 @@ __version__ = "0.1.0"
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 if os.environ.get("ONNX_LAB_KERNELS"):
-    from labsupport import kernels
+    from labsupport.course import kernels
 
     kernels.install_from_environment()

@@ -9,7 +9,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m labsupport``."""
     args = argv if argv is not None else sys.argv[1:]
     if args[:1] == ["doctor"]:
-        from labsupport.env import doctor
+        from labsupport.course.env import doctor
 
         return doctor()
     print("usage: python -m labsupport doctor", file=sys.stderr)

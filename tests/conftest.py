@@ -1,21 +1,114 @@
-"""Helpers for the tests under tests/ (the nbval settings for notebooks are in the root conftest.py)."""
+"""Fixtures shared by tests/unit and tests/integration (the nbval settings for notebooks are in the root conftest.py).
+
+A missing prerequisite (a program, an npm package, a browser) fails a test in CI, where `.ci/run`
+must have installed it, and skips it elsewhere with the reason: use the ``prerequisite`` and
+``require_tool`` fixtures instead of writing that rule again.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 
+from labsupport.course.paths import repo_root
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+JUPYTER_TOKEN = "onnx-lab-test"
 
 
-def require_tool(executable: str, why: str) -> str:
-    """Path of an external program; in CI a missing one fails the test, elsewhere it skips with ``why``."""
-    path = shutil.which(executable) or (executable if os.path.isfile(executable) else None)
-    if path is None:
-        message = f"{executable} not found: {why}"
-        if IN_CI:
-            pytest.fail(message + " (CI must install it: see .ci/run)")
-        pytest.skip(message)
-    return path
+@dataclass(frozen=True)
+class LabServer:
+    """A running JupyterLab: ``url("/api/status")`` is that endpoint with the test token."""
+
+    base: str
+
+    def url(self, path: str) -> str:
+        """``base + path`` with the token as a query parameter."""
+        return f"{self.base}{path}{'&' if '?' in path else '?'}token={JUPYTER_TOKEN}"
+
+
+def _missing(message: str) -> None:
+    if IN_CI:
+        pytest.fail(message + " (CI must install it: see .ci/run)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def prerequisite() -> Callable[[bool, str], None]:
+    """``prerequisite(present, message)``: fail in CI, skip elsewhere, when ``present`` is false."""
+
+    def check(present: bool, message: str) -> None:
+        if not present:
+            _missing(message)
+
+    return check
+
+
+@pytest.fixture(scope="session")
+def require_tool() -> Callable[[str, str], str]:
+    """``require_tool(executable, why)``: the program's path; a missing one fails in CI and skips elsewhere."""
+
+    def find(executable: str, why: str) -> str:
+        path = shutil.which(executable) or (executable if os.path.isfile(executable) else None)
+        if path is None:
+            _missing(f"{executable} not found: {why}")
+        return str(path)
+
+    return find
+
+
+@pytest.fixture
+def jupyterlab(tmp_path) -> Iterator[Callable[..., LabServer]]:
+    """``jupyterlab(*args, env=None)`` starts JupyterLab on 127.0.0.1 and returns a ``LabServer``.
+
+    The server binds a port of the OS's choosing (``--port=0``) and reports it in its server-info
+    file; the fixture waits (at most 60 s) until ``/api/status`` answers, and stops the server after the test.
+    """
+    servers: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> LabServer:
+        runtime = tmp_path / f"runtime-{len(servers)}"
+        command = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            "--port=0",
+            "--allow-root",
+            f"--IdentityProvider.token={JUPYTER_TOKEN}",
+            f"--ServerApp.root_dir={repo_root()}",
+            *args,
+        ]
+        environment = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), **(env or {})}
+        log = tmp_path / f"jupyterlab-{len(servers)}.log"
+        with log.open("wb") as stderr:  # a file, not a pipe: a chatty server can never block on a full pipe
+            server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=environment)
+        servers.append(server)
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, f"JupyterLab exited: {log.read_text(errors='replace')[-2000:]}"
+            assert time.monotonic() < deadline, "JupyterLab did not start within 60 s"
+            info = sorted(runtime.glob("jpserver-*.json"))
+            if info:
+                server_url = LabServer(json.loads(info[0].read_text(encoding="utf-8"))["url"].rstrip("/"))
+                try:
+                    with urllib.request.urlopen(server_url.url("/api/status"), timeout=10):
+                        return server_url
+                except OSError:
+                    pass
+            time.sleep(0.5)
+
+    yield start
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,5 +1,5 @@
 // ONNX Lab, notebook 09: the digits CNN in the browser with onnxruntime-web on WebAssembly.
-// Every file comes from the local server (serve.py): the runtime from node_modules/onnxruntime-web/dist
+// Every file comes from the local server (python -m onnx_web_demo): the runtime from node_modules/onnxruntime-web/dist
 // under ./ort/, the model under ./model/. No CDN, so the page works offline.
 import * as ort from "./ort/ort.wasm.min.mjs";
 

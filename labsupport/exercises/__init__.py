@@ -4,13 +4,17 @@ A notebook imports its exercises (``from labsupport.exercises.nb01 import q1``);
 replaces the placeholder ``____`` in the answer cell and runs ``q1.check(answer)``, which prints
 *correct*, *incorrect* with the reason, or *not attempted yet*. ``q1.hint()`` and ``q1.solution()``
 print help. Checkers test behaviour (they run the learner's model or function on inputs), never
-the source text. ``q1.reference_answer()`` executes the printed solution, which the tests use to
-prove that every solution passes its own checker.
+the source text. An exception that the learner's own code raises while the checker runs it makes
+the answer *incorrect* (the message says so); any other exception escaping a checker is reported
+as a *checker error*: a bug in the course, not the learner's mistake. ``q1.reference_answer()``
+executes the printed solution, which the tests use to prove that every solution passes its own
+checker, and that no checker crashes on answers of the wrong kind.
 
-Learner copies (``make student``, tools/student.py) call ``hide_solutions()`` before importing the
-exercises, and a classroom can set ``ONNX_LAB_SOLUTIONS=hidden`` for every kernel: then
-``solution()`` and ``reference_answer()`` reveal nothing. It keeps solutions out of sight, not
-secret: they ship in this package's source, which the notebooks need.
+Learner copies (``make student``: ``python -m labsupport.maintain.student``) call
+``hide_solutions()`` before importing the exercises, and a classroom can set
+``ONNX_LAB_SOLUTIONS=hidden`` for every kernel: then ``solution()`` and ``reference_answer()``
+reveal nothing. It keeps solutions out of sight, not secret: they ship in this package's source,
+which the notebooks need.
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ import importlib
 import inspect
 import os
 import pkgutil
+import sysconfig
 import textwrap
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from types import CodeType
 from typing import Any
 
 
@@ -70,15 +78,18 @@ def solutions_hidden() -> bool:
     """True after ``hide_solutions()``, or when ``$ONNX_LAB_SOLUTIONS`` is ``hidden`` (a classroom setting)."""
     return _hidden_in_this_kernel or os.environ.get(SOLUTIONS_VARIABLE, "").strip().lower() == "hidden"
 
-CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
+
+CORRECT, INCORRECT, NOT_ATTEMPTED, CHECKER_ERROR = "correct", "incorrect", "not attempted", "checker error"
+_MARKS = {CORRECT: "✅ Correct", INCORRECT: "❌ Incorrect", NOT_ATTEMPTED: "⏳ Not attempted yet", CHECKER_ERROR: "⚠️ Checker error"}
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """The result of checking one answer: ``status`` (correct / incorrect / not attempted) and a message."""
+    """The result of checking one answer: ``status`` (correct / incorrect / not attempted / checker error) and a message."""
 
     status: str
     message: str
+    details: str = ""  # for a checker error: the traceback, for whoever fixes the checker
 
     def __bool__(self) -> bool:
         return self.status == CORRECT
@@ -117,6 +128,77 @@ def _contains_placeholder(answer: object, depth: int = 0) -> bool:
     return False
 
 
+# Who raised it? An exception is the learner's when a frame of their own code is on its traceback.
+_LIBRARY_ROOTS = tuple(
+    str(Path(root).resolve()) + os.sep
+    for root in {*(sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")), str(Path(__file__).parents[1])}
+)
+
+
+@functools.cache
+def _is_library_file(filename: str) -> bool:
+    """True for the standard library, installed packages and labsupport itself; False for notebook cells, scripts, tests."""
+    if filename.startswith("<"):
+        return filename.startswith("<frozen")
+    return str(Path(filename).resolve()).startswith(_LIBRARY_ROOTS)
+
+
+def _functions_of(answer: object) -> list[Callable[..., Any]]:
+    """The Python functions an answer carries: itself (a function or method), else the methods of its class."""
+    target = answer.func if isinstance(answer, functools.partial) else answer
+    if inspect.isfunction(target) or inspect.ismethod(target):
+        return [inspect.unwrap(getattr(target, "__func__", target))]
+    cls = target if isinstance(target, type) else type(target)
+    members = [value for klass in cls.__mro__ for value in vars(klass).values()]
+    members = [getattr(value, "__func__", value) for value in members]  # staticmethod, classmethod
+    return [value for value in members if inspect.isfunction(value)]
+
+
+def _code_objects(code: CodeType) -> Iterator[CodeType]:
+    yield code
+    for constant in code.co_consts:
+        if isinstance(constant, CodeType):
+            yield from _code_objects(constant)
+
+
+def _learner_code(answer: object) -> set[CodeType]:
+    """The code objects (nested ones included) of the functions in ``answer`` that the learner wrote."""
+    code = (function.__code__ for function in _functions_of(answer))
+    return {nested for top in code if not _is_library_file(top.co_filename) for nested in _code_objects(top)}
+
+
+def _learner_frame(error: BaseException, learner_code: set[CodeType]) -> str | None:
+    """Where the learner's code was running when ``error`` (or an exception it chains) was raised, else None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and learner_code:
+        seen.add(id(current))
+        frames = [(frame.f_code, line) for frame, line in traceback.walk_tb(current.__traceback__) if frame.f_code in learner_code]
+        if frames:
+            code, line = frames[-1]
+            return f"in {code.co_name}, line {line}"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _short_text(error: BaseException, limit: int = 400) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+def _crash_outcome(error: Exception, learner_code: set[CodeType]) -> Outcome:
+    """Incorrect when the learner's own code raised ``error``; otherwise a bug of the checker (a checker error)."""
+    where = _learner_frame(error, learner_code)
+    if where is not None:
+        return Outcome(INCORRECT, f"your code raised {_short_text(error)} ({where})")
+    details = "".join(traceback.format_exception(error))
+    return Outcome(
+        CHECKER_ERROR,
+        f"this is a bug in the course's checker, not your answer; please report it ({_short_text(error)})",
+        details,
+    )
+
+
 class Exercise:
     """One checked exercise: ``check(answer)``, ``hint()``, ``solution()``.
 
@@ -137,13 +219,18 @@ class Exercise:
 
     @property
     def solution_code(self) -> str:
-        """The reference solution's source (for tools/student.py's solution copies; not shown in notebooks)."""
+        """The reference solution's source (for python -m labsupport.maintain.student's solution copies; not shown in notebooks)."""
         return self._solution
 
     def evaluate(self, answer: object) -> Outcome:
-        """Check an answer and return the Outcome without printing."""
+        """Check an answer and return the Outcome without printing.
+
+        An exception that is not ``Incorrect`` is the learner's (*incorrect*) when their own code raised
+        it while the checker ran it, and a *checker error* (a bug in the course) otherwise.
+        """
         if _contains_placeholder(answer):
             return Outcome(NOT_ATTEMPTED, "replace ____ with your answer, then run this cell again")
+        learner_code = _learner_code(answer)
         if inspect.isfunction(answer):
             answer = _guarded(answer)
         try:
@@ -152,16 +239,15 @@ class Exercise:
             return Outcome(NOT_ATTEMPTED, "your answer still uses ____; replace it and run again")
         except Incorrect as reason:
             return Outcome(INCORRECT, str(reason))
-        except Exception as error:  # the learner's code failed while being checked
-            return Outcome(INCORRECT, f"checking your answer raised {type(error).__name__}: {error}")
+        except Exception as error:
+            return _crash_outcome(error, learner_code)
         return Outcome(CORRECT, note or "well done")
 
     def check(self, answer: object) -> None:
-        """Print whether ``answer`` is correct, incorrect (with the reason) or not attempted yet."""
+        """Print whether ``answer`` is correct, incorrect (with the reason), not attempted yet, or hit a checker bug."""
         outcome = self.evaluate(answer)
-        mark = {CORRECT: "✅ Correct", INCORRECT: "❌ Incorrect", NOT_ATTEMPTED: "⏳ Not attempted yet"}[outcome.status]
-        print(f"Exercise {self.number} ({self.title}): {mark}: {outcome.message}")
-        if outcome.status != CORRECT:
+        print(f"Exercise {self.number} ({self.title}): {_MARKS[outcome.status]}: {outcome.message}")
+        if outcome.status in (INCORRECT, NOT_ATTEMPTED):
             print(f"   Stuck? q{self.number}.hint() gives a hint, q{self.number}.solution() the answer.")
 
     def hint(self) -> None:
@@ -171,8 +257,9 @@ class Exercise:
     def solution(self) -> None:
         """Print the reference solution (Python code that assigns ``answer``), unless solutions are hidden."""
         if solutions_hidden():
-            print(f"Solutions are switched off in this copy of the course; q{self.number}.hint() helps, "
-                  "and your teacher has the solutions.")
+            print(
+                f"Solutions are switched off in this copy of the course; q{self.number}.hint() helps, and your teacher has the solutions."
+            )
             return
         print(f"Solution:\n{self._solution}")
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from labsupport.data import PIXEL_MAX, load_digits
+from labsupport.course.data import PIXEL_MAX, load_digits
 from labsupport.exercises import Exercise, Incorrect
+from labsupport.exercises.checks import expect_value, whole_number
 
 
 def _check_scale(scale) -> str:
     if not callable(scale):
         raise Incorrect(f"expected a function pixels -> array, got {type(scale).__name__}")
     raw = np.array([[0, 8, 16], [4, 12, 2]], dtype=np.uint8)
-    out = np.asarray(scale(raw))
+    result = scale(raw)
+    out = np.asarray(result)
+    if not np.issubdtype(out.dtype, np.number):
+        raise Incorrect(f"expected an array of numbers, got {type(result).__name__} of {out.dtype}")
     if out.shape != raw.shape:
         raise Incorrect(f"the output shape must equal the input's {raw.shape}, got {out.shape}")
     if not np.allclose(out, raw / PIXEL_MAX):
@@ -23,13 +27,16 @@ def _check_scale(scale) -> str:
 
 
 def _check_count(count) -> str:
-    truth = int(np.sum(load_digits().test.labels == 3))
-    if not isinstance(count, (int, np.integer)) or isinstance(count, bool):
-        raise Incorrect(f"expected a whole number, got {type(count).__name__}")
-    if count == int(np.sum(load_digits().train.labels == 3)):
-        raise Incorrect("that is the count in the *train* split; the question asks about the test split")
-    if count != truth:
-        raise Incorrect(f"{count} is not the number of 3s in the test split")
+    digits = load_digits()
+    truth = int(np.sum(digits.test.labels == 3))
+    expect_value(
+        whole_number(count, "count"),
+        truth,
+        mistakes=[
+            (int(np.sum(digits.train.labels == 3)), "that is the count in the *train* split; the question asks about the test split")
+        ],
+        wrong=f"{count} is not the number of 3s in the test split",
+    )
     return f"{truth} test images show a 3"
 
 
@@ -52,7 +59,7 @@ q2 = Exercise(
     _check_count,
     hint="load_digits().test.labels is an array of class numbers; compare it with 3 and sum.",
     solution_code="""
-        from labsupport.data import load_digits
+        from labsupport.course.data import load_digits
 
         answer = int((load_digits().test.labels == 3).sum())
     """,

@@ -1,4 +1,4 @@
-"""Exercises of notebook 01 (ONNX graphs by hand).
+"""Exercises of notebook 01 (ONNX graphs by hand), and ``mlp``, the layer-by-layer builder its section 10 uses.
 
 q1 builds ``softmax(x @ W)`` with a dynamic batch from a spec, q2 repairs a broken model so that
 the checker passes and the numbers are right, q3 reads a given model programmatically.
@@ -7,27 +7,74 @@ The checkers run the learner's model with ONNX Runtime and compare it with numpy
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+from itertools import pairwise
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from labsupport.course.compare import softmax
 from labsupport.exercises import Exercise, Incorrect
-
-OPSET = 21
-IR_VERSION = 10
+from labsupport.exercises.checks import blame_answer, expect_value, onnx_session, whole_number
+from labsupport.models.contract import IR_VERSION, OPSET
 
 
 def _rng() -> np.random.Generator:
     return np.random.default_rng(101)
 
 
+def _dense_layer(index: int, source: str, n_in: int, n_out: int, rng: np.random.Generator, *, gemm: bool):
+    """Nodes and weights of layer ``index`` (``fc{index}``): MatMul + Add, or one Gemm; its output is ``fc{index}.out``."""
+    weight = numpy_helper.from_array(rng.standard_normal((n_in, n_out)).astype(np.float32), f"fc{index}.weight")
+    bias = numpy_helper.from_array(np.zeros(n_out, np.float32), f"fc{index}.bias")
+    out = f"fc{index}.out"
+    if gemm:
+        return [helper.make_node("Gemm", [source, weight.name, bias.name], [out], name=f"fc{index}.gemm")], [weight, bias]
+    nodes = [
+        helper.make_node("MatMul", [source, weight.name], [f"fc{index}.mm"], name=f"fc{index}.matmul"),
+        helper.make_node("Add", [f"fc{index}.mm", bias.name], [out], name=f"fc{index}.add"),
+    ]
+    return nodes, [weight, bias]
+
+
+def mlp(
+    sizes: Sequence[int], *, name: str = "mlp", seed: int = 1, gemm_layers: Collection[int] = (), probabilities: bool = True
+) -> onnx.ModelProto:
+    """A multi-layer perceptron built node by node with a Python loop, as an exporter writes one (notebook 01, section 10).
+
+    ``sizes`` are the widths from the input ``x`` to the output; every layer but the last is followed
+    by a Relu; the layers listed in ``gemm_layers`` are one Gemm node instead of MatMul + Add. With
+    ``probabilities`` the output ``probs`` is a Softmax of the last layer, else the output is the last
+    layer's ``fc{N}.out``. Exercise 3's ``mystery_model`` is one of these.
+    """
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    weights: list[onnx.TensorProto] = []
+    current = "x"
+    for index, (n_in, n_out) in enumerate(pairwise(sizes)):
+        layer_nodes, layer_weights = _dense_layer(index, current, n_in, n_out, rng, gemm=index in gemm_layers)
+        nodes += layer_nodes
+        weights += layer_weights
+        current = f"fc{index}.out"
+        if index < len(sizes) - 2:
+            nodes.append(helper.make_node("Relu", [current], [f"fc{index}.act"], name=f"fc{index}.relu"))
+            current = f"fc{index}.act"
+    if probabilities:
+        nodes.append(helper.make_node("Softmax", [current], ["probs"], name="softmax", axis=-1))
+        current = "probs"
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", sizes[0]])],
+        [helper.make_tensor_value_info(current, TensorProto.FLOAT, ["batch", sizes[-1]])],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
 # q1: the weights the learner must use (6 features -> 4 classes)
 Q1_WEIGHT = _rng().standard_normal((6, 4)).astype(np.float32).round(2)
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def _as_model(answer: object, what: str) -> onnx.ModelProto:
@@ -36,25 +83,9 @@ def _as_model(answer: object, what: str) -> onnx.ModelProto:
     return answer
 
 
-def _one_line(error: Exception, limit: int = 300) -> str:
-    text = str(error).split("==> Context")[0]
-    return " ".join(text.split())[:limit]
-
-
 def _full_check(model: onnx.ModelProto) -> None:
-    try:
+    with blame_answer("onnx.checker.check_model(model, full_check=True) fails"):
         onnx.checker.check_model(model, full_check=True)
-    except Exception as error:  # ValidationError or InferenceError
-        raise Incorrect(f"onnx.checker.check_model(model, full_check=True) fails: {_one_line(error)}") from None
-
-
-def _session(model: onnx.ModelProto):
-    import onnxruntime as ort
-
-    try:
-        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception as error:
-        raise Incorrect(f"ONNX Runtime cannot load the model: {_one_line(error)}") from None
 
 
 def _single_input(model: onnx.ModelProto, name: str, features: int) -> None:
@@ -69,9 +100,7 @@ def _single_input(model: onnx.ModelProto, name: str, features: int) -> None:
     if len(dims) != 2:
         raise Incorrect(f"input {name!r} must be 2-D [batch, {features}], it has {len(dims)} dimensions")
     if dims[0].HasField("dim_value"):
-        raise Incorrect(
-            f"the batch dimension of {name!r} is fixed to {dims[0].dim_value}; make it symbolic, e.g. \"batch\""
-        )
+        raise Incorrect(f'the batch dimension of {name!r} is fixed to {dims[0].dim_value}; make it symbolic, e.g. "batch"')
     if dims[1].dim_value != features:
         raise Incorrect(f"the second dimension of {name!r} must be {features}")
 
@@ -83,7 +112,7 @@ def _check_q1(answer: object) -> str:
     outputs = [v.name for v in model.graph.output]
     if outputs != ["probs"]:
         raise Incorrect(f"the model must have one output named 'probs', it has {outputs}")
-    session = _session(model)
+    session = onnx_session(model)
     for batch in (1, 5):
         x = _rng().standard_normal((batch, 6)).astype(np.float32)
         (probs,) = session.run(["probs"], {"x": x})
@@ -91,7 +120,7 @@ def _check_q1(answer: object) -> str:
             raise Incorrect(f"for a batch of {batch} the output must have shape ({batch}, 4), got {probs.shape}")
         if np.allclose(probs, x @ Q1_WEIGHT, atol=1e-4):
             raise Incorrect("the output equals x @ W: the Softmax node is missing")
-        if not np.allclose(probs, _softmax(x @ Q1_WEIGHT), atol=1e-5):
+        if not np.allclose(probs, softmax(x @ Q1_WEIGHT), atol=1e-5):
             raise Incorrect("the output is not softmax(x @ Q1_WEIGHT) over the last axis (check W and the Softmax axis)")
     return "softmax(x @ W) with a dynamic batch: checker, ONNX Runtime and numpy agree"
 
@@ -121,7 +150,7 @@ def _check_q2(answer: object) -> str:
     model = _as_model(answer, "the repaired model")
     _full_check(model)
     _single_input(model, "x", 5)
-    session = _session(model)
+    session = onnx_session(model)
     outputs = [o.name for o in session.get_outputs()]
     if outputs != ["y"]:
         raise Incorrect(f"keep the single output 'y'; the model has {outputs}")
@@ -139,66 +168,40 @@ def _check_q2(answer: object) -> str:
 
 # q3: read a model
 def mystery_model() -> onnx.ModelProto:
-    """A small multi-layer model whose structure the learner reads programmatically."""
-    rng = _rng()
-    sizes = [16, 32, 32, 24, 10]
-    nodes: list[onnx.NodeProto] = []
-    inits: list[onnx.TensorProto] = []
-    current = "features"
-    for layer, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        w = numpy_helper.from_array(rng.standard_normal((n_in, n_out)).astype(np.float32), f"layer{layer}.weight")
-        b = numpy_helper.from_array(np.zeros(n_out, np.float32), f"layer{layer}.bias")
-        inits += [w, b]
-        if layer == 2:  # one layer written as Gemm, the others as MatMul + Add
-            nodes.append(helper.make_node("Gemm", [current, w.name, b.name], [f"h{layer}"], name=f"layer{layer}"))
-        else:
-            nodes.append(helper.make_node("MatMul", [current, w.name], [f"mm{layer}"], name=f"layer{layer}.matmul"))
-            nodes.append(helper.make_node("Add", [f"mm{layer}", b.name], [f"h{layer}"], name=f"layer{layer}.add"))
-        current = f"h{layer}"
-        if layer < len(sizes) - 2:
-            nodes.append(helper.make_node("Relu", [current], [f"a{layer}"], name=f"layer{layer}.relu"))
-            current = f"a{layer}"
-    nodes.append(helper.make_node("MatMul", [current, "proj"], ["scores"], name="projection"))
-    inits.append(numpy_helper.from_array(rng.standard_normal((10, 3)).astype(np.float32), "proj"))
-    graph = helper.make_graph(
-        nodes,
-        "mystery",
-        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 16])],
-        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 3])],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-
-
-def _q3_truth() -> tuple[int, int]:
-    model = mystery_model()
-    matmuls = sum(node.op_type == "MatMul" for node in model.graph.node)
-    params = sum(int(np.prod(t.dims)) for t in model.graph.initializer)
-    return matmuls, params
+    """A small multi-layer model (one layer written as Gemm) whose structure the learner reads programmatically."""
+    return mlp([16, 32, 32, 24, 10, 3], name="mystery", seed=101, gemm_layers={2}, probabilities=False)
 
 
 def _check_q3(answer: object) -> str:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         raise Incorrect(f"expected a pair (number of MatMul nodes, number of parameters), got {answer!r}")
-    matmuls, params = answer
-    for value, what in ((matmuls, "number of MatMul nodes"), (params, "number of parameters")):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise Incorrect(f"the {what} must be a whole number, got {type(value).__name__}")
-    true_matmuls, true_params = _q3_truth()
+    matmuls = whole_number(answer[0], "number of MatMul nodes")
+    params = whole_number(answer[1], "number of parameters")
     model = mystery_model()
-    if matmuls == len(model.graph.node):
-        raise Incorrect(f"{matmuls} is the number of all nodes; count only those whose op_type is 'MatMul'")
-    if matmuls == true_matmuls + 1:
-        raise Incorrect("a Gemm node is not a MatMul node (even though it also multiplies matrices)")
-    if matmuls != true_matmuls:
-        raise Incorrect(f"{matmuls} is not the number of MatMul nodes")
-    weights_only = sum(int(np.prod(t.dims)) for t in model.graph.initializer if "bias" not in t.name)
-    if params == weights_only:
-        raise Incorrect("that counts the weight matrices only; the biases are parameters too")
-    if params == len(model.graph.initializer):
-        raise Incorrect("that is the number of initializers; count the numbers inside them (product of dims)")
-    if params != true_params:
-        raise Incorrect(f"{params} is not the number of parameters (elements of all initializers)")
+    true_matmuls = sum(node.op_type == "MatMul" for node in model.graph.node)
+    sizes = {tensor.name: int(np.prod(tensor.dims)) for tensor in model.graph.initializer}
+    true_params = sum(sizes.values())
+    expect_value(
+        matmuls,
+        true_matmuls,
+        mistakes=[
+            (len(model.graph.node), f"{matmuls} is the number of all nodes; count only those whose op_type is 'MatMul'"),
+            (true_matmuls + 1, "a Gemm node is not a MatMul node (even though it also multiplies matrices)"),
+        ],
+        wrong=f"{matmuls} is not the number of MatMul nodes",
+    )
+    expect_value(
+        params,
+        true_params,
+        mistakes=[
+            (
+                sum(size for name, size in sizes.items() if "bias" not in name),
+                "that counts the weight matrices only; the biases are parameters too",
+            ),
+            (len(sizes), "that is the number of initializers; count the numbers inside them (product of dims)"),
+        ],
+        wrong=f"{params} is not the number of parameters (elements of all initializers)",
+    )
     return f"{true_matmuls} MatMul nodes and {true_params:,} parameters"
 
 
@@ -209,9 +212,9 @@ q1 = Exercise(
     hint=(
         "Two nodes: MatMul(x, W) -> logits, Softmax(logits, axis=-1) -> probs. W is an initializer made with "
         "numpy_helper.from_array(Q1_WEIGHT, 'W'). The input is make_tensor_value_info('x', TensorProto.FLOAT, "
-        "['batch', 6]); pass opset_imports=[make_opsetid('', 21)] and ir_version=10 to make_model."
+        f"['batch', 6]); pass opset_imports=[make_opsetid('', {OPSET})] and ir_version={IR_VERSION} to make_model."
     ),
-    solution_code="""
+    solution_code=f"""
         from onnx import TensorProto, helper, numpy_helper
         from labsupport.exercises.nb01 import Q1_WEIGHT
 
@@ -225,7 +228,7 @@ q1 = Exercise(
             [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 4])],
             [numpy_helper.from_array(Q1_WEIGHT, "W")],
         )
-        answer = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+        answer = helper.make_model(graph, opset_imports=[helper.make_opsetid("", {OPSET})], ir_version={IR_VERSION})
     """,
 )
 
@@ -255,7 +258,7 @@ q3 = Exercise(
     "read a model programmatically",
     _check_q3,
     hint=(
-        "Walk model.graph.node and count node.op_type == 'MatMul' (or use labsupport.graph.op_histogram). "
+        "Walk model.graph.node and count node.op_type == 'MatMul' (or use labsupport.onnxutil.graph.op_histogram). "
         "Parameters are the elements of every initializer: math.prod(t.dims) summed over model.graph.initializer."
     ),
     solution_code="""

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import torch
 from torch import nn
 
-from labsupport.compare import ParityError, compare
-from labsupport.data import load_digits
+from labsupport.course.compare import ParityError, compare
+from labsupport.course.data import load_digits
 from labsupport.exercises import Exercise, Incorrect
+from labsupport.exercises.checks import answer_path, blame_answer, onnx_session
+from labsupport.onnxutil.export import quiet_export
 
 CHECK_BATCH_SIZES = (1, 7, 64)
 BRIGHT_THRESHOLD = 0.3
@@ -20,9 +19,7 @@ BRIGHT_THRESHOLD = 0.3
 def exercise_mlp() -> nn.Module:
     """The model to export in exercise 1: a seeded MLP on (N, 1, 8, 8) digits (untrained; weights fixed by the seed)."""
     torch.manual_seed(2)
-    model = nn.Sequential(
-        nn.Flatten(), nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 10)
-    )
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 10))
     with torch.no_grad():  # non-trivial running statistics, so an export in training mode would show
         model[2].running_mean.uniform_(-0.5, 0.5)
         model[2].running_var.uniform_(0.5, 2.0)
@@ -41,22 +38,8 @@ class ScaleIfBright(nn.Module):
         return image
 
 
-def _session(path: Path):
-    import onnxruntime as ort
-
-    try:
-        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    except Exception as error:  # noqa: BLE001 - any load failure is the learner's to fix
-        raise Incorrect(f"ONNX Runtime cannot load {path.name}: {error}") from None
-
-
 def _check_dynamic_export(answer) -> str:
-    if not isinstance(answer, (str, os.PathLike)):
-        raise Incorrect(f"expected the path of your .onnx file (a str or Path), got {type(answer).__name__}")
-    path = Path(answer)
-    if not path.is_file():
-        raise Incorrect(f"there is no file at {path.name!r}; export the model there first")
-    session = _session(path)
+    session = onnx_session(answer_path(answer, "the path (str or Path) of the .onnx file you exported"))
     inputs, outputs = session.get_inputs(), session.get_outputs()
     if len(inputs) != 1 or len(outputs) != 1:
         raise Incorrect(f"expected one input and one output, got {len(inputs)} inputs and {len(outputs)} outputs")
@@ -66,11 +49,8 @@ def _check_dynamic_export(answer) -> str:
     model = exercise_mlp()
     for batch in CHECK_BATCH_SIZES:
         feed = images[:batch]
-        try:
+        with blame_answer(f"running it with a batch of {batch} failed (is the batch dimension dynamic?)"):
             got = session.run(None, {"image": feed})[0]
-        except Exception as error:  # noqa: BLE001
-            first_line = str(error).strip().splitlines()[0][:200]
-            raise Incorrect(f"running it with a batch of {batch} failed (is the batch dimension dynamic?): {first_line}") from None
         with torch.no_grad():
             want = model(torch.from_numpy(feed)).numpy()
         try:
@@ -93,10 +73,6 @@ def _exercise2_inputs() -> list[np.ndarray]:
 def _check_exportable(answer) -> str:
     if not isinstance(answer, nn.Module):
         raise Incorrect(f"expected a torch.nn.Module instance, got {type(answer).__name__}")
-    import onnxruntime as ort
-
-    from labsupport.models import quiet_export
-
     answer.eval()
     example = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     try:
@@ -109,14 +85,15 @@ def _check_exportable(answer) -> str:
                 dynamic_shapes=({0: torch.export.Dim("batch")},),  # by position: any argument name works
                 verbose=False,
             )
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         summary = next((line for line in str(error).splitlines() if "Exception summary" not in line and "<class" in line), "")
         raise Incorrect(f"torch.onnx.export still fails ({type(error).__name__}) {summary.strip()[:240]}") from None
-    session = ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = onnx_session(program.model_proto)
     reference = ScaleIfBright()
     for feed in _exercise2_inputs():
         want = reference(torch.from_numpy(feed)).numpy()
-        got = session.run(None, {session.get_inputs()[0].name: feed})[0]
+        with blame_answer("running the exported model failed"):
+            got = session.run(None, {session.get_inputs()[0].name: feed})[0]
         side = "above" if feed.mean() > BRIGHT_THRESHOLD else "below"
         try:
             compare(want, got, atol=1e-6, name="branch")
@@ -142,8 +119,8 @@ q1 = Exercise(
     solution_code="""
         import torch
         from labsupport.exercises.nb02 import exercise_mlp
-        from labsupport.models import quiet_export
-        from labsupport.paths import artifact
+        from labsupport.onnxutil.export import quiet_export
+        from labsupport.course.paths import artifact
 
         model = exercise_mlp().eval()
         example = torch.rand(2, 1, 8, 8)

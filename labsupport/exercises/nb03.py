@@ -10,8 +10,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from labsupport.compare import ParityError, compare
-from labsupport.data import load_digits
+from labsupport.course.compare import ParityError, compare
+from labsupport.course.data import load_digits
 from labsupport.exercises import Exercise, Incorrect
 from labsupport.exercises.checks import onnx_session
 
@@ -24,7 +24,7 @@ EXERCISE_SEED = 3
 @lru_cache(maxsize=1)
 def exercise_model():
     """The untrained (seeded, so always the same) Keras digits model that exercises 1 and 2 convert."""
-    from labsupport.keras_models import build_digits_keras
+    from labsupport.models.digits_keras import build_digits_keras
 
     return build_digits_keras(seed=EXERCISE_SEED)
 
@@ -59,7 +59,7 @@ def _run_at_batch_sizes(answer, reference) -> str:
 
 
 def _keras_logits(x):
-    from labsupport.keras_models import predict_logits
+    from labsupport.models.digits_keras import predict_logits
 
     return predict_logits(exercise_model(), x)
 

@@ -10,10 +10,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from labsupport.compare import ParityError, compare
-from labsupport.data import load_digits
+from labsupport.course.compare import ParityError, compare
+from labsupport.course.data import load_digits
 from labsupport.exercises import Exercise, Incorrect
-from labsupport.exercises.checks import onnx_session
+from labsupport.exercises.checks import blame_answer, onnx_session
 
 _WHAT = "an ONNX ModelProto (what to_onnx returns) or a .onnx path"
 
@@ -25,7 +25,7 @@ TRAIN_ROWS = 300
 @lru_cache(maxsize=1)
 def exercise_pipeline():
     """The fitted digits pipeline (StandardScaler + LogisticRegression) that exercise 1 converts."""
-    from labsupport.sklearn_models import digits_logreg, fit_on_digits
+    from labsupport.models.digits_sklearn import digits_logreg, fit_on_digits
 
     return fit_on_digits(digits_logreg())
 
@@ -33,7 +33,7 @@ def exercise_pipeline():
 @lru_cache(maxsize=1)
 def exercise_table():
     """(table, churned, fitted mixed pipeline): the customer table and the pipeline fitted on its first 300 rows (exercise 2)."""
-    from labsupport.sklearn_models import make_mixed_table, mixed_pipeline
+    from labsupport.models.digits_sklearn import make_mixed_table, mixed_pipeline
 
     frame, churned = make_mixed_table(TABLE_ROWS)
     model = mixed_pipeline().fit(frame[:TRAIN_ROWS], churned[:TRAIN_ROWS])
@@ -49,11 +49,11 @@ def _check_outputs(session, feeds, model, features) -> str:
             f"the probabilities come out as {outputs[1].type} (ZipMap's list of dicts); "
             "convert with options={'zipmap': False} to get a plain (N, classes) tensor"
         )
-    try:
+    with blame_answer("running the model failed"):
         labels, probabilities = session.run(None, feeds)
-    except Exception as error:
-        raise Incorrect(f"running the model failed: {str(error).splitlines()[0]}") from None
     expected_labels = model.predict(features)
+    if np.shape(labels) != expected_labels.shape:
+        raise Incorrect(f"the labels have shape {np.shape(labels)}; scikit-learn gives {expected_labels.shape}")
     agreement = float(np.mean(np.asarray(labels) == expected_labels))
     if agreement < 1.0:
         raise Incorrect(f"the labels agree with scikit-learn on only {agreement:.1%} of rows (expected 100%)")
@@ -75,7 +75,7 @@ def _check_plain_tensor(answer) -> str:
 
 
 def _check_table(answer) -> str:
-    from labsupport.sklearn_models import onnx_inputs
+    from labsupport.models.digits_sklearn import onnx_inputs
 
     frame, _, model = exercise_table()
     session = onnx_session(answer, _WHAT)
@@ -101,7 +101,7 @@ q1 = Exercise(
     ),
     solution_code="""
         from skl2onnx import to_onnx
-        from labsupport.data import load_digits
+        from labsupport.course.data import load_digits
         from labsupport.exercises.nb04 import exercise_pipeline
 
         pipeline = exercise_pipeline()
@@ -116,13 +116,13 @@ q2 = Exercise(
     _check_table,
     hint=(
         "Give to_onnx initial_types: one (column, FloatTensorType([None, 1])) per numeric column and "
-        "(column, StringTensorType([None, 1])) per text column; labsupport.sklearn_models.initial_types(frame) "
+        "(column, StringTensorType([None, 1])) per text column; labsupport.models.digits_sklearn.initial_types(frame) "
         "builds that list. Keep options={'zipmap': False}."
     ),
     solution_code="""
         from skl2onnx import to_onnx
         from labsupport.exercises.nb04 import exercise_table
-        from labsupport.sklearn_models import initial_types
+        from labsupport.models.digits_sklearn import initial_types
 
         frame, churned, pipeline = exercise_table()
         answer = to_onnx(

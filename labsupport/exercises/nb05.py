@@ -11,7 +11,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from labsupport.exercises import Exercise, Incorrect, NotAttempted
-from labsupport.runtime import CPU, DISABLE_CPU_FALLBACK
+from labsupport.onnxutil.sessions import CPU, DISABLE_CPU_FALLBACK, open_session
 
 AZURE = "AzureExecutionProvider"
 
@@ -50,12 +50,12 @@ def _check_used_provider(used_provider) -> str:
 def _check_used_provider_quietly(used_provider) -> str:
     if not callable(used_provider):
         raise Incorrect(f"expected a function (model_path, providers) -> provider name, got {type(used_provider).__name__}")
-    from labsupport.models import ensure_digits_cnn
+    from labsupport.models.digits_cnn import ensure_digits_cnn
 
     model = str(ensure_digits_cnn())
     truths = []
     for providers in _priority_lists():
-        truth = ort.InferenceSession(model, providers=providers).get_providers()[0]
+        truth = open_session(model, providers=providers).get_providers()[0]
         got = used_provider(model, list(providers))
         if not isinstance(got, str):
             raise Incorrect(f"return the provider's name as a string (like 'CPUExecutionProvider'), got {type(got).__name__}")
@@ -80,7 +80,7 @@ def _require_a_session(used_provider) -> None:
             got = used_provider(str(not_a_model), [CPU])
         except NotAttempted:
             raise
-        except Exception:  # noqa: BLE001 - ORT refusing the file is the expected outcome
+        except Exception:  # ORT refusing the file is the expected outcome
             return
     raise Incorrect(
         f"for a file that is not an ONNX model your function returned {got!r} without failing: "
@@ -94,8 +94,16 @@ def _fake_trace(path: Path, kernels: list[tuple[str, str, int]]) -> Path:
         {"cat": "Session", "name": "session_initialization", "dur": 50_000, "ts": 1, "ph": "X", "args": {}},
     ]
     for index, (node, op, dur) in enumerate(kernels):
-        events.append({"cat": "Node", "name": f"{node}_kernel_time", "dur": dur, "ts": 10 + index, "ph": "X",
-                       "args": {"op_name": op, "provider": "CPUExecutionProvider"}})
+        events.append(
+            {
+                "cat": "Node",
+                "name": f"{node}_kernel_time",
+                "dur": dur,
+                "ts": 10 + index,
+                "ph": "X",
+                "args": {"op_name": op, "provider": "CPUExecutionProvider"},
+            }
+        )
         events.append({"cat": "Session", "name": "SequentialExecutor::Execute", "dur": dur + 5, "ts": 10 + index, "ph": "X", "args": {}})
     path.write_text(json.dumps(events), encoding="utf-8")
     return path
@@ -111,10 +119,22 @@ def _shuffled(kernels: list[tuple[str, str, int]], seed: int) -> list[tuple[str,
 # (node, op type, microseconds): Conv has the largest *total*, MatMul the longest single call,
 # Relu the most calls; the first and the last kernel event are Add (A) and Softmax (B).
 # The session events are far longer than any kernel.
-_TRACE_A = _shuffled([("conv_1", "Conv", 60), ("relu_1", "Relu", 9), ("conv_2", "Conv", 55), ("relu_2", "Relu", 8),
-                      ("relu_3", "Relu", 7), ("matmul", "MatMul", 80), ("add", "Add", 4)] * 3, seed=15)
-_TRACE_B = _shuffled([("gemm", "Gemm", 300), ("relu", "Relu", 30), ("relu_b", "Relu", 30), ("relu_c", "Relu", 30),
-                      ("softmax", "Softmax", 120)] * 2, seed=37)
+_TRACE_A = _shuffled(
+    [
+        ("conv_1", "Conv", 60),
+        ("relu_1", "Relu", 9),
+        ("conv_2", "Conv", 55),
+        ("relu_2", "Relu", 8),
+        ("relu_3", "Relu", 7),
+        ("matmul", "MatMul", 80),
+        ("add", "Add", 4),
+    ]
+    * 3,
+    seed=15,
+)
+_TRACE_B = _shuffled(
+    [("gemm", "Gemm", 300), ("relu", "Relu", 30), ("relu_b", "Relu", 30), ("relu_c", "Relu", 30), ("softmax", "Softmax", 120)] * 2, seed=37
+)
 
 
 def _check_slowest(slowest_op) -> str:
@@ -133,11 +153,13 @@ def _check_slowest(slowest_op) -> str:
             if got == "Relu":
                 raise Incorrect("Relu runs most often, but that is a count: sum the durations ('dur') per op type")
             if got != truth and got in (kernels[0][1], kernels[-1][1]):
-                raise Incorrect(f"{got!r} is the op of the first or last kernel event; events come in execution order: "
-                                "sum the durations ('dur') per op type")
+                raise Incorrect(
+                    f"{got!r} is the op of the first or last kernel event; events come in execution order: "
+                    "sum the durations ('dur') per op type"
+                )
             if got != truth:
                 raise Incorrect(f"in a test profile the operator type with the largest total time is {truth}, you returned {got!r}")
-    return "you summed kernel time per operator type, as labsupport.profiling.Profile.hottest_op() does"
+    return "you summed kernel time per operator type, as labsupport.onnxutil.profiling.Profile.hottest_op() does"
 
 
 def _check_no_fallback(options) -> str:
@@ -148,13 +170,13 @@ def _check_no_fallback(options) -> str:
         raise Incorrect(f"the session config entry {DISABLE_CPU_FALLBACK!r} must be '1' (got {value!r})")
     if options.intra_op_num_threads != 1:
         raise Incorrect(f"intra_op_num_threads must be 1, got {options.intra_op_num_threads}")
-    from labsupport.models import ensure_digits_cnn
+    from labsupport.models.digits_cnn import ensure_digits_cnn
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            ort.InferenceSession(str(ensure_digits_cnn()), sess_options=options, providers=[_unavailable_provider()])
-    except Exception as error:  # noqa: BLE001 - the failure is the point
+            open_session(ensure_digits_cnn(), providers=[_unavailable_provider()], options=options)
+    except Exception as error:  # the failure is the point
         if "fallback" not in str(error).lower():
             raise Incorrect(f"the session failed, but not because the CPU fallback is disabled: {error}") from error
         return "a session with an unavailable provider now fails loudly instead of running on the CPU"
@@ -164,7 +186,7 @@ def _check_no_fallback(options) -> str:
 def _has_entry(options: ort.SessionOptions) -> bool:
     try:
         options.get_session_config_entry(DISABLE_CPU_FALLBACK)
-    except Exception:  # noqa: BLE001 - ORT raises when the key was never set
+    except Exception:  # ORT raises when the key was never set
         return False
     return True
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from labsupport.data import load_digits
+from labsupport.course.data import load_digits
 from labsupport.exercises import Exercise, Incorrect
+from labsupport.models.wide_mlp import INPUT_NAME as MLP_INPUT
 
-MLP_INPUT = "pixels"
 BROKEN_PERCENTILE = 80.0  # exercise 2: Percentile calibration that clips the top 20% of every activation
 RESTORE_THRESHOLD = 0.97
 MAX_BATCHES = 10_000
@@ -67,8 +67,9 @@ def _check_reader_class(reader_class) -> str:
         try:
             reader = reader_class(split, batch_size)
         except ValueError as error:
-            raise Incorrect(f"MlpReader({name} split, {batch_size}) raised ValueError ({error}), but {batch_size} divides "
-                            f"its {len(split)} images") from None
+            raise Incorrect(
+                f"MlpReader({name} split, {batch_size}) raised ValueError ({error}), but {batch_size} divides its {len(split)} images"
+            ) from None
         fed = _fed_rows(reader, batch_size)
         if name != "calibration" and _same_rows(fed, digits.calibration.flat):
             raise Incorrect(f"given the {name} split, the reader fed the calibration images: read the split it is given")
@@ -92,11 +93,12 @@ def _check_reader_class(reader_class) -> str:
 # ------------------------------------------------------------------ exercise 2: exclude the sensitive node
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mlp_preprocessed() -> str:
     """Path of the pre-processed wide MLP (Gemm layers) that exercise 2 quantizes."""
-    from labsupport.paths import artifact
-    from labsupport.quantization import ensure_digits_mlp, preprocess
+    from labsupport.course.paths import artifact
+    from labsupport.models.wide_mlp import ensure_digits_mlp
+    from labsupport.topics.quantization import preprocess
 
     path = artifact("quantization/exercises/digits_mlp_pre.onnx")
     if not path.is_file():
@@ -117,16 +119,17 @@ def _activation_scales(model) -> dict[str, float]:
     }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _broken_scales() -> tuple[tuple[str, float], ...]:
     """Activation scales of the MLP after the exercise's Percentile-80 calibration (what every answer must keep)."""
     import onnx
 
-    from labsupport.quantization import make_static_int8
+    from labsupport.topics.quantization import make_static_int8
 
     with tempfile.TemporaryDirectory() as folder:
-        out = make_static_int8(mlp_preprocessed(), Path(folder) / "broken.onnx", method="Percentile",
-                               extra_options={"CalibPercentile": BROKEN_PERCENTILE})
+        out = make_static_int8(
+            mlp_preprocessed(), Path(folder) / "broken.onnx", method="Percentile", extra_options={"CalibPercentile": BROKEN_PERCENTILE}
+        )
         return tuple(sorted(_activation_scales(onnx.load(out)).items()))
 
 
@@ -148,7 +151,9 @@ def _check_model(model) -> str:
     dequantized = {node.input[0] for node in model.graph.node if node.op_type == "DequantizeLinear"}
     weights = [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == TensorProto.INT8 and t.name in dequantized]
     if weights and max(int(np.abs(w.astype(np.int32)).max()) for w in weights) > 64:
-        raise Incorrect("the weights use 8 bits: quantize with reduce_range=True as the course does (section 6), so the result holds on every CPU")
+        raise Incorrect(
+            "the weights use 8 bits: quantize with reduce_range=True as the course does (section 6), so the result holds on every CPU"
+        )
     excluded = float_compute_nodes(model)
     if not excluded:
         raise Incorrect("every layer is quantized: leave one node in FP32 with nodes_to_exclude=[its name]")
@@ -169,7 +174,7 @@ def _check_model(model) -> str:
 def _check_quantize_function(quantize_mlp) -> str:
     import onnx
 
-    from labsupport.quantization import accuracy, quiet
+    from labsupport.topics.quantization import accuracy, quiet
 
     if isinstance(quantize_mlp, str) or not callable(quantize_mlp):
         raise Incorrect(f"answer with your function quantize_mlp(src, dst), got {type(quantize_mlp).__name__}")
@@ -244,7 +249,7 @@ q2 = Exercise(
     ),
     solution_code="""
         from onnxruntime.quantization import CalibrationMethod, quantize_static
-        from labsupport import quantization as quant
+        from labsupport.topics import quantization as quant
 
         def quantize_mlp(src, dst, node="node_matmul/MatMulAddFusion"):  # the first Gemm: measured, the only one that helps
             quantize_static(src, dst, quant.reader_for(src), per_channel=True, reduce_range=True,
@@ -261,7 +266,7 @@ q3 = Exercise(
     _check_int4_gb,
     hint="INT4 with block size 32 and an FP16 scale per block stores 4 + 16/32 = 4.5 bits per weight.",
     solution_code="""
-        from labsupport.quantization import weight_bytes
+        from labsupport.topics.memory import weight_bytes
 
         answer = weight_bytes(13e9, bits=4, block_size=32) / 1e9
     """,

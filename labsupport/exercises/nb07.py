@@ -9,9 +9,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from labsupport.compare import compare
 from labsupport.exercises import Exercise, Incorrect
-from labsupport.optimize import conv_bn_relu_model, make_session, op_counts, op_diff, optimize_to_file
+from labsupport.exercises.checks import blame_answer, expect_close, whole_number
+from labsupport.models.contract import IR_VERSION, OPSET
+from labsupport.models.conv_bn_relu import conv_bn_relu_model
+from labsupport.onnxutil.optimize import op_counts, op_diff, optimize_to_file
+from labsupport.onnxutil.sessions import open_session
 
 
 def _random_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -70,32 +73,42 @@ def _computes_something_new(folded: onnx.ModelProto, original: dict[str, np.ndar
     )
 
 
+def _run_unoptimized(model: onnx.ModelProto | Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """The first output of ``model`` on ``feeds``, with ONNX Runtime's graph optimizations off."""
+    return open_session(model, optimization="disable").run(None, feeds)[0]
+
+
 def _check_foldable(model) -> str:
     if not isinstance(model, onnx.ModelProto):
         raise Incorrect(f"expected an onnx.ModelProto, got {type(model).__name__}")
-    try:
+    with blame_answer("the checker rejects the model"):
         onnx.checker.check_model(model, full_check=True)
-    except Exception as error:
-        raise Incorrect(f"the checker rejects the model: {str(error).splitlines()[0]}") from None
     if len(model.graph.node) < 3:
         raise Incorrect(f"your graph has {len(model.graph.node)} node(s); build one with at least 3 so that folding has work to do")
     if not _random_feeds(model):
         raise Incorrect("the graph needs an input: a graph of constants only is not a model")
     reading = _nodes_reading_inputs(model)
     if len(reading) != 1:
-        raise Incorrect(f"{len(reading)} nodes compute from the graph input; constant folding only removes nodes whose inputs "
-                        "are all constants (initializers), so exactly one node may touch the input")
-    with tempfile.TemporaryDirectory() as folder:
+        raise Incorrect(
+            f"{len(reading)} nodes compute from the graph input; constant folding only removes nodes whose inputs "
+            "are all constants (initializers), so exactly one node may touch the input"
+        )
+    with tempfile.TemporaryDirectory() as folder, blame_answer("ONNX Runtime cannot optimize the model"):
         folded = onnx.load(optimize_to_file(model, "basic", Path(folder) / "folded.onnx"))
     if len(folded.graph.node) != 1:
-        raise Incorrect(f"after ORT's BASIC level {len(folded.graph.node)} nodes remain ({dict(op_counts(folded))}); "
-                        "use ops on the constants that ORT can fold (Transpose, Mul, Add, Reshape ...)")
+        raise Incorrect(
+            f"after ORT's BASIC level {len(folded.graph.node)} nodes remain ({dict(op_counts(folded))}); "
+            "use ops on the constants that ORT can fold (Transpose, Mul, Add, Reshape ...)"
+        )
     if not _computes_something_new(folded, _constant_values(model)):
-        raise Incorrect("the folded graph holds only values your graph already had: the constant nodes computed nothing "
-                        "(Identity-like nodes are removed, not folded); transform the constants, e.g. with Transpose or Mul")
+        raise Incorrect(
+            "the folded graph holds only values your graph already had: the constant nodes computed nothing "
+            "(Identity-like nodes are removed, not folded); transform the constants, e.g. with Transpose or Mul"
+        )
     feeds = _random_feeds(model)
-    compare(make_session(model, "disable_all").run(None, feeds)[0], make_session(folded, "disable_all").run(None, feeds)[0],
-            name="folded", atol=1e-4, rtol=1e-3)
+    with blame_answer("ONNX Runtime cannot run the model"):
+        before, after = (_run_unoptimized(graph, feeds) for graph in (model, folded))
+    expect_close(before, after, what="the folded graph's outputs", atol=1e-4, rtol=1e-3)
     return f"{len(model.graph.node)} nodes fold into one {folded.graph.node[0].op_type} with a computed constant"
 
 
@@ -110,17 +123,27 @@ def _identity_and_constants_model() -> onnx.ModelProto:
         helper.make_node("Mul", ["Wt", "half"], ["Ws"]),
         helper.make_node("MatMul", ["x2", "Ws"], ["y"]),
     ]
-    graph = helper.make_graph(nodes, "identity_and_constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], [weights, half])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    graph = helper.make_graph(
+        nodes,
+        "identity_and_constants",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        [weights, half],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
 
 def _unseen_models() -> list[tuple[str, onnx.ModelProto]]:
     """Models the notebook does not show: two conv stacks of random, different depths and an Identity/constant graph."""
     rng = np.random.default_rng()
     depths = sorted(int(d) for d in rng.choice(np.arange(1, 6), size=2, replace=False))
-    stacks = [(f"a conv stack of {d} Conv-BatchNorm-Relu block(s)",
-               conv_bn_relu_model(blocks=d, channels=4, size=8, seed=int(rng.integers(1000)))) for d in depths]
+    stacks = [
+        (
+            f"a conv stack of {d} Conv-BatchNorm-Relu block(s)",
+            conv_bn_relu_model(blocks=d, channels=4, size=8, seed=int(rng.integers(1000))),
+        )
+        for d in depths
+    ]
     return [*stacks, ("a graph with an Identity chain and constant arithmetic", _identity_and_constants_model())]
 
 
@@ -149,9 +172,8 @@ def _check_removed_ops(removed_ops) -> str:
                 got = removed_ops(model, level)
                 if not isinstance(got, dict):
                     raise Incorrect(f"removed_ops must return a dict {{op type: count}}, got {type(got).__name__}")
-                if not all(isinstance(count, (int, np.integer)) and not isinstance(count, bool) for count in got.values()):
-                    raise Incorrect("the counts must be whole numbers (how many nodes of that op type were removed)")
-                problem = _removed_count_problem({op: int(count) for op, count in got.items() if count}, truth)
+                counts = {op: whole_number(count, f"count for {op} (how many of its nodes were removed)") for op, count in got.items()}
+                problem = _removed_count_problem({op: count for op, count in counts.items() if count}, truth)
                 if problem:
                     raise Incorrect(f"at level {level!r} on {description}: {problem}")
     return "removed ops counted right on three models you had not seen, at BASIC and EXTENDED"
@@ -167,25 +189,31 @@ def _check_offline(optimize_offline) -> str:
         optimize_offline(source, target)
         if not target.is_file():
             raise Incorrect("nothing was written to the target path (hint: SessionOptions.optimized_model_filepath)")
-        counts = op_counts(target)
+        with blame_answer("the saved file is not a model ONNX can read"):
+            counts = op_counts(target)
         hardware_specific = [op for op in counts if op.startswith("com.microsoft.nchwc")]
         if hardware_specific:
-            raise Incorrect(f"the saved model holds layout ops tied to this CPU ({', '.join(hardware_specific)}): "
-                            "a file to ship must be optimized at a level below LAYOUT")
+            raise Incorrect(
+                f"the saved model holds layout ops tied to this CPU ({', '.join(hardware_specific)}): "
+                "a file to ship must be optimized at a level below LAYOUT"
+            )
         if "com.microsoft:FusedConv" not in counts:
             raise Incorrect(f"the saved model has no FusedConv ({dict(counts)}): the fusions of the EXTENDED level are missing")
         feeds = _random_feeds(model)
-        compare(make_session(model, "disable_all").run(None, feeds)[0],
-                make_session(target, "disable_all").run(None, feeds)[0], name="offline-optimized", atol=1e-4)
+        with blame_answer("ONNX Runtime cannot run the saved model"):
+            saved = _run_unoptimized(target, feeds)
+        expect_close(_run_unoptimized(model, feeds), saved, what="the saved model's outputs", atol=1e-4)
     return "a portable pre-optimized model that loads with optimizations disabled"
 
 
 q1 = Exercise(
-    1, "a constant subgraph that folds away", _check_foldable,
+    1,
+    "a constant subgraph that folds away",
+    _check_foldable,
     hint="Start from initializers (say W and a scale), transform them with nodes that read only initializers "
-         "(Transpose, Mul, Add ...), and use the result once with the graph input (e.g. MatMul(x, result)). "
-         "Nodes on the input path (Identity, Relu, Conv+BatchNorm) are removed or fused, not constant-folded.",
-    solution_code="""
+    "(Transpose, Mul, Add ...), and use the result once with the graph input (e.g. MatMul(x, result)). "
+    "Nodes on the input path (Identity, Relu, Conv+BatchNorm) are removed or fused, not constant-folded.",
+    solution_code=f"""
         import numpy as np
         from onnx import TensorProto, helper, numpy_helper
 
@@ -202,19 +230,21 @@ q1 = Exercise(
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
             [W, half],
         )
-        answer = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+        answer = helper.make_model(graph, opset_imports=[helper.make_opsetid("", {OPSET})], ir_version={IR_VERSION})
     """,
 )
 
 q2 = Exercise(
-    2, "count what the optimizer removed", _check_removed_ops,
-    hint="Save the optimized model with labsupport.optimize.optimize_to_file (or SessionOptions.optimized_model_filepath), "
-         "count op types before and after (op_counts), and keep the ops whose count went down, with how much.",
+    2,
+    "count what the optimizer removed",
+    _check_removed_ops,
+    hint="Save the optimized model with labsupport.onnxutil.optimize.optimize_to_file (or SessionOptions.optimized_model_filepath), "
+    "count op types before and after (op_counts), and keep the ops whose count went down, with how much.",
     solution_code="""
         import tempfile
         from pathlib import Path
 
-        from labsupport.optimize import op_counts, optimize_to_file
+        from labsupport.onnxutil.optimize import op_counts, optimize_to_file
 
         def answer(model, level):
             with tempfile.TemporaryDirectory() as folder:
@@ -225,9 +255,11 @@ q2 = Exercise(
 )
 
 q3 = Exercise(
-    3, "a portable pre-optimized model", _check_offline,
+    3,
+    "a portable pre-optimized model",
+    _check_offline,
     hint="Create an InferenceSession with SessionOptions whose graph_optimization_level is ORT_ENABLE_EXTENDED and "
-         "whose optimized_model_filepath is the target: creating the session writes the file.",
+    "whose optimized_model_filepath is the target: creating the session writes the file.",
     solution_code="""
         import onnxruntime as ort
 

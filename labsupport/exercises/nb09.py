@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -46,21 +45,16 @@ def _check_android_providers(providers) -> str:
 
 
 def _check_ort_file(path) -> str:
-    import onnxruntime as ort
+    from labsupport.course.data import load_digits
+    from labsupport.exercises.checks import answer_path, onnx_session
+    from labsupport.models.digits_cnn import ensure_digits_cnn
+    from labsupport.topics.edge import is_ort_format, python_reference
 
-    from labsupport.edge import is_ort_format, python_reference
-    from labsupport.data import load_digits
-    from labsupport.models import ensure_digits_cnn
-
-    if not isinstance(path, (str, os.PathLike)):
-        raise Incorrect(f"expected the path of the converted model (str or Path), got {type(path).__name__}")
-    path = Path(path)
-    if not path.is_file():
-        raise Incorrect(f"{path.name} does not exist: run the converter and return the path of the .ort file it wrote")
+    path = answer_path(path, "the path (str or Path) of the .ort file the converter wrote")
     if path.suffix != ".ort" or not is_ort_format(path):
         raise Incorrect(f"{path.name} is not an ORT-format model (expected a .ort file whose header says ORTM)")
     images = load_digits().test.images[:64]
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = onnx_session(path, "the path of the .ort file the converter wrote")
     got = session.run(None, {session.get_inputs()[0].name: images})[0]
     want = python_reference(ensure_digits_cnn(), images)["logits"]
     if got.shape != want.shape:
@@ -132,13 +126,13 @@ q2 = Exercise(
     "convert to the .ort format",
     _check_ort_file,
     hint=(
-        "labsupport.edge.convert_to_ort(ensure_digits_cnn(), artifact('exercise09'), 'Fixed') runs "
+        "labsupport.topics.edge.convert_to_ort(ensure_digits_cnn(), artifact('exercise09'), 'Fixed') runs "
         "`python -m onnxruntime.tools.convert_onnx_models_to_ort`; its .ort_path is the answer."
     ),
     solution_code="""
-        from labsupport.edge import convert_to_ort
-        from labsupport.models import ensure_digits_cnn
-        from labsupport.paths import artifact
+        from labsupport.course.paths import artifact
+        from labsupport.models.digits_cnn import ensure_digits_cnn
+        from labsupport.topics.edge import convert_to_ort
 
         answer = convert_to_ort(ensure_digits_cnn(), artifact("exercise09"), optimization_style="Fixed").ort_path
     """,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from labsupport.compare import compare
 from labsupport.exercises import Exercise, Incorrect
+from labsupport.exercises.checks import blame_answer, expect_close, onnx_session
+from labsupport.models.contract import IR_VERSION, OPSET
 
 DOMAIN_CUSTOM = "course.custom"
 DOMAIN_FUNCTIONS = "course.fn"
@@ -22,12 +22,13 @@ def squared_relu(x: np.ndarray) -> np.ndarray:
 
 def _single_node_model(domain: str, functions: list[onnx.FunctionProto] = ()) -> onnx.ModelProto:
     graph = helper.make_graph(
-        [helper.make_node("SquaredRelu", ["x"], ["y"], domain=domain)], "squared_relu",
+        [helper.make_node("SquaredRelu", ["x"], ["y"], domain=domain)],
+        "squared_relu",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6])],
     )
-    opsets = [helper.make_opsetid("", 21), helper.make_opsetid(domain, 1)]
-    return helper.make_model(graph, opset_imports=opsets, functions=list(functions), ir_version=10)
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(domain, 1)]
+    return helper.make_model(graph, opset_imports=opsets, functions=list(functions), ir_version=IR_VERSION)
 
 
 def _check_reference_op(op_class) -> str:
@@ -37,12 +38,15 @@ def _check_reference_op(op_class) -> str:
     if not (isinstance(op_class, type) and issubclass(op_class, OpRun)):
         raise Incorrect(f"expected a class deriving from onnx.reference.op_run.OpRun, got {op_class!r}")
     if op_class.__name__ != "SquaredRelu" or getattr(op_class, "op_domain", "") != DOMAIN_CUSTOM:
-        raise Incorrect(f"the class must be named SquaredRelu with op_domain = {DOMAIN_CUSTOM!r} "
-                        f"(got {op_class.__name__} in {getattr(op_class, 'op_domain', '')!r})")
-    result = ReferenceEvaluator(_single_node_model(DOMAIN_CUSTOM), new_ops=[op_class]).run(None, {"x": _INPUT})[0]
-    if np.asarray(result).dtype != np.float32:
-        raise Incorrect(f"the output must keep the input's dtype float32, got {np.asarray(result).dtype}")
-    compare(squared_relu(_INPUT), result, name="SquaredRelu", atol=1e-6)
+        raise Incorrect(
+            f"the class must be named SquaredRelu with op_domain = {DOMAIN_CUSTOM!r} "
+            f"(got {op_class.__name__} in {getattr(op_class, 'op_domain', '')!r})"
+        )
+    with blame_answer("the reference evaluator cannot run your op"):
+        result = np.asarray(ReferenceEvaluator(_single_node_model(DOMAIN_CUSTOM), new_ops=[op_class]).run(None, {"x": _INPUT})[0])
+    if result.dtype != np.float32:
+        raise Incorrect(f"the output must keep the input's dtype float32, got {result.dtype}")
+    expect_close(squared_relu(_INPUT), result, what="SquaredRelu's outputs", atol=1e-6)
     return "the reference evaluator runs your op and matches numpy"
 
 
@@ -56,19 +60,21 @@ def _check_function(function) -> str:
     if any(node.domain not in ("", "ai.onnx") for node in function.node):
         raise Incorrect("the body must use standard ONNX ops only (no custom domain inside)")
     model = _single_node_model(DOMAIN_FUNCTIONS, [function])
-    try:
+    with blame_answer("a model using your function fails the checker"):
         onnx.checker.check_model(model, full_check=True)
-    except Exception as error:
-        raise Incorrect(f"a model using your function fails the checker: {str(error).splitlines()[0]}") from None
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    compare(squared_relu(_INPUT), session.run(None, {"x": _INPUT})[0], name="SquaredRelu in ORT", atol=1e-6)
+    session = onnx_session(model)
+    with blame_answer("ONNX Runtime cannot run your function"):
+        result = session.run(None, {"x": _INPUT})[0]
+    expect_close(squared_relu(_INPUT), result, what="SquaredRelu's outputs in ONNX Runtime", atol=1e-6)
     return f"ONNX Runtime runs your function ({', '.join(node.op_type for node in function.node)})"
 
 
 q1 = Exercise(
-    1, "a custom op for the reference evaluator", _check_reference_op,
+    1,
+    "a custom op for the reference evaluator",
+    _check_reference_op,
     hint="Subclass OpRun, set op_domain = 'course.custom', name the class SquaredRelu, and return a tuple from "
-         "_run(self, x): (result.astype(x.dtype),).",
+    "_run(self, x): (result.astype(x.dtype),).",
     solution_code="""
         import numpy as np
         from onnx.reference.op_run import OpRun
@@ -84,16 +90,18 @@ q1 = Exercise(
 )
 
 q2 = Exercise(
-    2, "the same op as a function of standard ops", _check_function,
-    hint="onnx.helper.make_function('course.fn', 'SquaredRelu', ['x'], ['y'], nodes, opset_imports=[make_opsetid('', 21)]) "
-         "with nodes Relu then Mul(r, r).",
-    solution_code="""
+    2,
+    "the same op as a function of standard ops",
+    _check_function,
+    hint=f"onnx.helper.make_function('course.fn', 'SquaredRelu', ['x'], ['y'], nodes, opset_imports=[make_opsetid('', {OPSET})]) "
+    "with nodes Relu then Mul(r, r).",
+    solution_code=f"""
         from onnx import helper
 
         answer = helper.make_function(
             "course.fn", "SquaredRelu", ["x"], ["y"],
             [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "r"], ["y"])],
-            opset_imports=[helper.make_opsetid("", 21)],
+            opset_imports=[helper.make_opsetid("", {OPSET})],
         )
     """,
 )

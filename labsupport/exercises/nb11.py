@@ -38,7 +38,9 @@ def _check_kv_cache(answer: object) -> str:
     if _close(value, truth / 2):
         raise Incorrect("that is half the answer: the cache stores a key AND a value per layer and head")
     if _close(value, truth * Q1_QUERY_HEADS / Q1_KV_HEADS):
-        raise Incorrect(f"that uses the {Q1_QUERY_HEADS} query heads; with grouped-query attention only the {Q1_KV_HEADS} key/value heads are cached")
+        raise Incorrect(
+            f"that uses the {Q1_QUERY_HEADS} query heads; with grouped-query attention only the {Q1_KV_HEADS} key/value heads are cached"
+        )
     if _close(value, truth * 2):
         raise Incorrect("that is twice the answer: FP16 values take 2 bytes, not 4")
     if _close(value, truth / Q1_BATCH):
@@ -76,9 +78,7 @@ def _check_mask(answer: object) -> str:
         got = np.asarray(answer(past, new))
         want = _reference_mask(past, new)
         if got.shape != want.shape:
-            raise Incorrect(
-                f"mask({past}, {new}) must have shape (new_length, past_length + new_length) = {want.shape}, got {got.shape}"
-            )
+            raise Incorrect(f"mask({past}, {new}) must have shape (new_length, past_length + new_length) = {want.shape}, got {got.shape}")
         if got.dtype != bool:
             raise Incorrect(f"mask({past}, {new}) must be boolean (True = may attend), got dtype {got.dtype}")
         if not np.array_equal(got, want):
@@ -96,11 +96,11 @@ q1 = Exercise(
     hint=(
         "Per token the cache holds a key and a value for every layer and every key/value head: "
         "2 x layers x kv_heads x head_dim x bytes. Multiply by tokens and batch. "
-        "labsupport.transformer.kv_cache_bytes_per_token does the per-token part."
+        "labsupport.topics.memory.kv_cache_bytes_per_token(LLMArchitecture(...), bytes_per_value) does the per-token part."
     ),
     solution_code="""
         from labsupport.exercises.nb11 import Q1_BATCH, Q1_BYTES, Q1_HEAD_DIM, Q1_KV_HEADS, Q1_LAYERS, Q1_TOKENS
-        from labsupport.transformer import LLMArchitecture, kv_cache_bytes_per_token
+        from labsupport.topics.memory import LLMArchitecture, kv_cache_bytes_per_token
 
         arch = LLMArchitecture("gqa-8b", n_layers=Q1_LAYERS, n_kv_heads=Q1_KV_HEADS, head_dim=Q1_HEAD_DIM)
         answer = kv_cache_bytes_per_token(arch, bytes_per_value=Q1_BYTES) * Q1_TOKENS * Q1_BATCH
@@ -113,12 +113,12 @@ q2 = Exercise(
     _check_int4_size,
     hint=(
         "4 bits = 0.5 byte per weight, plus one 2-byte scale per block of 32 weights. "
-        "labsupport.transformer.weight_bytes(parameters, 'int4', block_size=...) adds the scales."
+        "labsupport.topics.memory.weight_bytes(parameters, bits, block_size=...) adds the scales (16 bits each by default)."
     ),
     solution_code="""
-        from labsupport.transformer import weight_bytes
+        from labsupport.topics.memory import BITS, weight_bytes
 
-        answer = weight_bytes(7e9, "int4", block_size=32, scale_bytes=2)
+        answer = weight_bytes(7e9, BITS["int4"], block_size=32, scale_bits=16)
     """,
 )
 

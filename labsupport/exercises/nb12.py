@@ -12,6 +12,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from labsupport.exercises import Exercise, Incorrect
+from labsupport.models.contract import IR_VERSION, OPSET
 
 PARITY_PROMPTS = 32
 
@@ -40,16 +41,18 @@ def _check_past_export(answer: object) -> str:
     from optimum.onnxruntime import ORTModelForCausalLM
     from transformers import AutoModelForCausalLM
 
-    from labsupport import hf
-    from labsupport import transformer as T
+    from labsupport.models import tiny_transformer as T
+    from labsupport.topics import hugging_face
 
     prompts = T.make_reversal_data(PARITY_PROMPTS, seed=7).prompts
-    want = hf.greedy_tokens(AutoModelForCausalLM.from_pretrained(hf.ensure_tiny_llama()).eval(), prompts, T.ANSWER_LENGTH)
-    got = hf.greedy_tokens(ORTModelForCausalLM.from_pretrained(str(folder)), prompts, T.ANSWER_LENGTH)
+    want = hugging_face.greedy_tokens(
+        AutoModelForCausalLM.from_pretrained(hugging_face.ensure_tiny_llama()).eval(), prompts, T.ANSWER_LENGTH
+    )
+    got = hugging_face.greedy_tokens(ORTModelForCausalLM.from_pretrained(str(folder)), prompts, T.ANSWER_LENGTH)
     differ = int(np.sum(np.any(got != want, axis=1)))
     if differ:
         raise Incorrect(
-            f"{differ} of {PARITY_PROMPTS} greedy generations differ from transformers': was it exported from hf.ensure_tiny_llama()?"
+            f"{differ} of {PARITY_PROMPTS} greedy generations differ from transformers': was it exported from hugging_face.ensure_tiny_llama()?"
         )
     return f"{len(inputs) - 3} past_key_values inputs, and {PARITY_PROMPTS} greedy generations token-exact with transformers"
 
@@ -68,10 +71,11 @@ def _write_graph(nodes: list[tuple[str, str]], path: Path) -> None:
     """A chain x -> y0 -> y1 ... of the given ops: enough to count, not meant to run."""
     names = ["x", *(f"y{i}" for i in range(len(nodes)))]
     graph_nodes = [helper.make_node(op, [names[i]], [names[i + 1]], domain=domain) for i, (op, domain) in enumerate(nodes)]
-    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1])  # noqa: E731
-    graph = helper.make_graph(graph_nodes, "count_me", [value(names[0])], [value(names[-1])])
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(MS, 1), helper.make_opsetid("my.custom.domain", 1)]
-    onnx.save(helper.make_model(graph, opset_imports=opsets), path)
+    first = helper.make_tensor_value_info(names[0], TensorProto.FLOAT, [1])
+    last = helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, [1])
+    graph = helper.make_graph(graph_nodes, "count_me", [first], [last])
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1), helper.make_opsetid("my.custom.domain", 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION), path)
 
 
 def _check_count(answer: object) -> str:
@@ -95,16 +99,17 @@ q1 = Exercise(
     "export with past key values",
     _check_past_export,
     hint=(
-        "main_export(hf.ensure_tiny_llama(), <folder>, task=...) with the task whose name ends in '-with-past'; "
+        "main_export(hugging_face.ensure_tiny_llama(), <folder>, task=...) with the task whose name ends in '-with-past'; "
         "the folder can be paths.artifact('nb12/my_export')."
     ),
     solution_code="""
         from optimum.exporters.onnx import main_export
 
-        from labsupport import hf, paths
+        from labsupport.course import paths
+        from labsupport.topics import hugging_face
 
         answer = paths.artifact("nb12/exercise_with_past")
-        main_export(str(hf.ensure_tiny_llama()), str(answer), task="text-generation-with-past")
+        main_export(str(hugging_face.ensure_tiny_llama()), str(answer), task="text-generation-with-past")
     """,
 )
 

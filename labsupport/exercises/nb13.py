@@ -9,10 +9,7 @@ VERSIONS = {"2": "models/v2.onnx", "3": "models/v3.onnx"}  # the file paths exer
 
 
 def _service_routing():
-    from labsupport.serve import service_package
-
-    service_package()
-    from deploy.service.onnx_service import routing
+    from onnx_service import routing
 
     return routing
 
@@ -29,8 +26,9 @@ def _check_route(route) -> str:
                 raise Incorrect(f"route must return 'champion' or 'challenger', got {got!r}")
             if got != want:
                 raise Incorrect(
-                    f"route({key!r}, {percent}) gave {got!r}, the service sends that key to {want!r}: bucket = the first 4 bytes of "
-                    "sha256(key) as a big-endian integer, modulo 100; the challenger gets buckets below the percentage (an empty key: champion)"
+                    f"route({key!r}, {percent}) gave {got!r}, the service sends that key to {want!r}: "
+                    "bucket = the first 4 bytes of sha256(key) as a big-endian integer, modulo 100; "
+                    "the challenger gets buckets below the percentage (an empty key: champion)"
                 )
     return "your routing agrees with the service on every key: a user always sees the same version"
 
@@ -44,7 +42,7 @@ def _check_document(document) -> str:
     if versions != VERSIONS:
         raise Incorrect(f'"versions" should be {VERSIONS} (the two files), got {versions}')
     if aliases != {routing.CHAMPION: "2", routing.CHALLENGER: "3"}:
-        raise Incorrect(f'version 2 stays champion and version 3 is the challenger; your aliases are {aliases}')
+        raise Incorrect(f"version 2 stays champion and version 3 is the challenger; your aliases are {aliases}")
     if percent != 25:
         raise Incorrect(f'"challenger_percent" is a whole percentage of request keys: 25, got {percent!r}')
     if shadow != "3":
@@ -56,7 +54,10 @@ q1 = Exercise(
     1,
     "a deterministic traffic split",
     _check_route,
-    hint="hashlib.sha256(key.encode()).digest()[:4] -> int.from_bytes(..., 'big') % 100; below percent -> 'challenger'. Python's hash() changes between processes: never route on it.",
+    hint=(
+        "hashlib.sha256(key.encode()).digest()[:4] -> int.from_bytes(..., 'big') % 100; below percent -> 'challenger'. "
+        "Python's hash() changes between processes: never route on it."
+    ),
     solution_code="""
         import hashlib
 
@@ -72,7 +73,10 @@ q2 = Exercise(
     2,
     "a routing document for a canary with shadow",
     _check_document,
-    hint='Four fields: "versions" (name -> path, use VERSIONS), "aliases" ({"champion": ..., "challenger": ...}), "challenger_percent" (a whole number) and "shadow" (a version name).',
+    hint=(
+        'Four fields: "versions" (name -> path, use VERSIONS), "aliases" ({"champion": ..., "challenger": ...}), '
+        '"challenger_percent" (a whole number) and "shadow" (a version name).'
+    ),
     solution_code="""
         from labsupport.exercises.nb13 import VERSIONS
 

@@ -8,3 +8,5 @@ model), ``validation`` (request checks derived from the model's input signature)
 """
 
 __version__ = "1.0.0"
+# start-up prints this prefix and the URL it serves, once the port is bound (ONNX_SERVICE_PORT=0: any free port)
+LISTENING = "onnx_service: listening on "

@@ -52,11 +52,19 @@ class MetricsAndErrors:
             log.exception("unexpected error while answering %s %s", scope.get("method"), scope.get("path"))
             status["code"] = 500
             if not status["started"]:
-                await send({"type": "http.response.start", "status": 500, "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(_INTERNAL_ERROR)).encode())]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 500,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(_INTERNAL_ERROR)).encode())],
+                    }
+                )
                 await send({"type": "http.response.body", "body": _INTERNAL_ERROR})
         finally:
             path = scope.get("path", "")
-            self.metrics.request_finished(scope.get("method", ""), path if path in KNOWN_PATHS else "other", status["code"], time.perf_counter() - start)
+            self.metrics.request_finished(
+                scope.get("method", ""), path if path in KNOWN_PATHS else "other", status["code"], time.perf_counter() - start
+            )
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -91,7 +99,12 @@ def _request_schema(model: LoadedModel, settings: Settings) -> dict[str, Any]:
                 "schema": {
                     "type": "object",
                     "required": [FIELD],
-                    "properties": {FIELD: {"description": f"one example {contract.shape_text()} or a batch {contract.shape_text(batch=True)}", "anyOf": [schema, batch]}},
+                    "properties": {
+                        FIELD: {
+                            "description": f"one example {contract.shape_text()} or a batch {contract.shape_text(batch=True)}",
+                            "anyOf": [schema, batch],
+                        }
+                    },
                 }
             }
         },
@@ -117,7 +130,11 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
     # more threads would only fight over the cores (and the GIL)
     cpus = cpu_budget()
     inference_slots = CapacityLimiter(max(1, cpus.usable // settings.threads))
-    metrics = Metrics(contract.max_batch, {"name": model.name, "opset": str(model.opset), "sha256": model.sha256}, batch_max_size=settings.batch_max_size if settings.batching else 0)
+    metrics = Metrics(
+        contract.max_batch,
+        {"name": model.name, "opset": str(model.opset), "sha256": model.sha256},
+        batch_max_size=settings.batch_max_size if settings.batching else 0,
+    )
 
     def make_batcher(version_model: LoadedModel) -> Batcher | None:
         if not settings.batching:
@@ -159,10 +176,10 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
             outputs = await version.runner.submit(batch)  # queued, run with other requests' rows, sliced back
             metrics.observe_request_size(len(batch))
             return outputs
-        if naive:
-            outputs, seconds = timed_run(version.model, batch)  # blocks the event loop: every other request waits (notebook 08 measures it)
-        else:
-            outputs, seconds = await anyio.to_thread.run_sync(timed_run, version.model, batch, limiter=inference_slots)  # the loop keeps serving
+        if naive:  # blocks the event loop: every other request waits (notebook 08 measures it)
+            outputs, seconds = timed_run(version.model, batch)
+        else:  # a worker thread computes; the loop keeps serving
+            outputs, seconds = await anyio.to_thread.run_sync(timed_run, version.model, batch, limiter=inference_slots)
         metrics.observe_inference(len(batch), seconds)
         return outputs
 
@@ -192,7 +209,13 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
             "handler": settings.handler,
             "cpus": cpus.as_dict(),
             "inference_slots": int(inference_slots.total_tokens),
-            "batching": {"max_size": settings.batch_max_size, "max_wait_ms": settings.batch_max_wait_ms, "queue_limit": settings.batch_queue_limit} if settings.batching else None,
+            "batching": {
+                "max_size": settings.batch_max_size,
+                "max_wait_ms": settings.batch_max_wait_ms,
+                "queue_limit": settings.batch_queue_limit,
+            }
+            if settings.batching
+            else None,
             "aliases": dict(router.aliases),
         }
 
@@ -202,10 +225,15 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
 
     def admin_refusal(request: Request) -> JSONResponse | None:
         if not settings.admin_token:
-            return JSONResponse({"error": "admin_disabled", "detail": "the admin API is off: start the service with ONNX_SERVICE_ADMIN_TOKEN set"}, status_code=403)
+            return JSONResponse(
+                {"error": "admin_disabled", "detail": "the admin API is off: start the service with ONNX_SERVICE_ADMIN_TOKEN set"},
+                status_code=403,
+            )
         sent = request.headers.get("authorization", "")
         if not hmac.compare_digest(sent.encode(), f"Bearer {settings.admin_token}".encode()):
-            return JSONResponse({"error": "unauthorized", "detail": "send the header Authorization: Bearer <ONNX_SERVICE_ADMIN_TOKEN>"}, status_code=401)
+            return JSONResponse(
+                {"error": "unauthorized", "detail": "send the header Authorization: Bearer <ONNX_SERVICE_ADMIN_TOKEN>"}, status_code=401
+            )
         return None
 
     @app.get("/admin/routing", summary="The versions served, their aliases, the traffic split and the shadow version")
@@ -253,8 +281,16 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
         try:
             outputs = await infer(version, batch)
         except QueueFull as full:
-            return JSONResponse({"error": "overloaded", "detail": str(full)}, status_code=503, headers={"Retry-After": str(full.retry_after)})
-        result = {"model": version.model.name, "version": version.name, "alias": alias, "batch_size": int(len(batch)), **version.model.postprocess(outputs)}
+            return JSONResponse(
+                {"error": "overloaded", "detail": str(full)}, status_code=503, headers={"Retry-After": str(full.retry_after)}
+            )
+        result = {
+            "model": version.model.name,
+            "version": version.name,
+            "alias": alias,
+            "batch_size": len(batch),
+            **version.model.postprocess(outputs),
+        }
         metrics.observe_version(version.name, alias)
         shadow = router.versions.get(router.shadow) if router.shadow else None
         if shadow is not None and shadow is not version:

@@ -64,7 +64,13 @@ class Settings:
             raise bad("model_sha256", "64 hexadecimal digits (the output of sha256sum)")
         if not 0 <= self.port <= 65535:
             raise bad("port", "a port number 0-65535")
-        for name, low, high in (("workers", 1, 64), ("threads", 1, 256), ("max_batch", 1, 1_000_000), ("batch_max_size", 1, 1_000_000), ("batch_queue_limit", 1, 1_000_000)):
+        for name, low, high in (
+            ("workers", 1, 64),
+            ("threads", 1, 256),
+            ("max_batch", 1, 1_000_000),
+            ("batch_max_size", 1, 1_000_000),
+            ("batch_queue_limit", 1, 1_000_000),
+        ):
             if not low <= getattr(self, name) <= high:
                 raise bad(name, f"a whole number from {low} to {high}")
         if not 0 <= self.batch_max_wait_ms <= 1000:

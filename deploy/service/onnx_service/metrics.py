@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 QUEUE_BUCKETS = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -18,8 +18,21 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 def _labels(pairs: dict[str, str]) -> str:
     if not pairs:
         return ""
-    escaped = (f'{key}="{str(value).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34)).replace(chr(10), "")}"' for key, value in pairs.items())
+    escaped = (
+        f'{key}="{str(value).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34)).replace(chr(10), "")}"'
+        for key, value in pairs.items()
+    )
     return "{" + ",".join(escaped) + "}"
+
+
+_VERSIONS_HELP = "/predict requests answered, by model version and alias."
+_SHADOW_HELP = "Examples run by the shadow version: agree/disagree with the answer served, skipped (busy), failed."
+
+
+def _counter_lines(name: str, help_text: str, label_names: tuple[str, ...], counts: Mapping[tuple[str, ...], float]) -> list[str]:
+    """HELP, TYPE and one sample per label tuple of a labelled counter, in sorted order."""
+    samples = (f"{name}{_labels(dict(zip(label_names, key, strict=True)))} {value}" for key, value in sorted(counts.items()))
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} counter", *samples]
 
 
 def _number(value: float) -> str:
@@ -32,7 +45,7 @@ def _powers_of_two(limit: int) -> tuple[int, ...]:
     while size < limit:
         bounds.append(size)
         size *= 2
-    return tuple(bounds + [limit])
+    return (*bounds, limit)
 
 
 class Histogram:
@@ -55,9 +68,9 @@ class Histogram:
         out = []
         label_sets = sorted(self.counts) or ([()] if not label_names else [])  # an unlabeled histogram starts at zero
         for labels in label_sets:
-            base = dict(zip(label_names, labels))
+            base = dict(zip(label_names, labels, strict=True))
             row = self.counts.get(labels, [0] * (len(self.buckets) + 1))
-            for bound, count in zip(self.buckets, row):
+            for bound, count in zip(self.buckets, row, strict=False):  # the +Inf count follows
                 out.append(f"{name}_bucket{_labels({**base, 'le': _number(bound)})} {count}")
             out.append(f"{name}_bucket{_labels({**base, 'le': '+Inf'})} {row[-1]}")
             out.append(f"{name}_sum{_labels(base)} {_number(self.sums.get(labels, 0.0))}")
@@ -124,7 +137,7 @@ class Metrics:
             if predictions is None:
                 self.shadow[(version, "skipped" if skipped else "failed")] += len(served)
                 return
-            agree = sum(1 for mine, theirs in zip(predictions, served) if mine == theirs)
+            agree = sum(1 for mine, theirs in zip(predictions, served, strict=False) if mine == theirs)
             self.shadow[(version, "agree")] += agree
             self.shadow[(version, "disagree")] += len(served) - agree
 
@@ -134,11 +147,15 @@ class Metrics:
             lines = [
                 "# HELP onnx_service_requests_total HTTP requests answered, by method, path and status code.",
                 "# TYPE onnx_service_requests_total counter",
-                *(f"onnx_service_requests_total{_labels({'method': m, 'path': p, 'status': s})} {n}" for (m, p, s), n in sorted(self.requests.items())),
+                *(
+                    f"onnx_service_requests_total{_labels({'method': m, 'path': p, 'status': s})} {n}"
+                    for (m, p, s), n in sorted(self.requests.items())
+                ),
                 "# HELP onnx_service_request_duration_seconds Time from request start to response end, by path.",
                 "# TYPE onnx_service_request_duration_seconds histogram",
                 *self.latency.lines("onnx_service_request_duration_seconds", ("path",)),
-                "# HELP onnx_service_inference_duration_seconds Time spent in session.run per /predict request (per merged batch with batching on).",
+                "# HELP onnx_service_inference_duration_seconds Time spent in session.run per /predict request"
+                " (per merged batch with batching on).",
                 "# TYPE onnx_service_inference_duration_seconds histogram",
                 *self.inference.lines("onnx_service_inference_duration_seconds", ()),
                 "# HELP onnx_service_batch_size Examples per accepted /predict request.",
@@ -151,17 +168,9 @@ class Metrics:
                 "# TYPE onnx_service_model_info gauge",
                 f"onnx_service_model_info{_labels(self.model_info)} 1",
             ]
-            lines += [
-                "# HELP onnx_service_version_requests_total /predict requests answered, by model version and alias.",
-                "# TYPE onnx_service_version_requests_total counter",
-                *(f"onnx_service_version_requests_total{_labels({'version': v, 'alias': a})} {n}" for (v, a), n in sorted(self.versions.items())),
-            ]
+            lines += _counter_lines("onnx_service_version_requests_total", _VERSIONS_HELP, ("version", "alias"), self.versions)
             if self.shadow:
-                lines += [
-                    "# HELP onnx_service_shadow_examples_total Examples run by the shadow version: agree/disagree with the answer served, skipped (busy), failed.",
-                    "# TYPE onnx_service_shadow_examples_total counter",
-                    *(f"onnx_service_shadow_examples_total{_labels({'version': v, 'outcome': o})} {n}" for (v, o), n in sorted(self.shadow.items())),
-                ]
+                lines += _counter_lines("onnx_service_shadow_examples_total", _SHADOW_HELP, ("version", "outcome"), self.shadow)
             if self.batching:
                 lines += [
                     "# HELP onnx_service_batcher_batch_size Examples per merged batch run by the dynamic batcher.",

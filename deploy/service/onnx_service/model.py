@@ -110,7 +110,7 @@ class LoadedModel:
 
     def postprocess(self, outputs: list[Any]) -> dict[str, Any]:
         """Predicted classes and class probabilities from the raw outputs (softmax when the scores are logits)."""
-        values = dict(zip([n for n in (self.label_output, self.score_output) if n], outputs))
+        values = dict(zip([n for n in (self.label_output, self.score_output) if n], outputs, strict=True))
         result: dict[str, Any] = {}
         scores = values.get(self.score_output) if self.score_output else None
         if scores is not None:
@@ -164,7 +164,9 @@ def load_model(path: str | Path, expected_sha256: str = "", threads: int = 1, na
     if len(spec.shape) < 1:
         raise ModelError(f"input {spec.name!r} is a scalar; a classifier needs a batch dimension")
     out_specs = [TensorSpec(o.name, o.type, tuple(o.shape or ())) for o in outputs]
-    score = next((o.name for o in out_specs if o.type in {"tensor(float)", "tensor(double)", "tensor(float16)"} and len(o.shape) == 2), None)
+    score = next(
+        (o.name for o in out_specs if o.type in {"tensor(float)", "tensor(double)", "tensor(float16)"} and len(o.shape) == 2), None
+    )
     label = next((o.name for o in out_specs if o.type in {"tensor(int64)", "tensor(int32)", "tensor(string)"} and len(o.shape) == 1), None)
     if score is None and label is None:
         described = ", ".join(f"{o.name} {o.type} {list(o.shape)}" for o in out_specs)

@@ -9,6 +9,7 @@ latency as the single-process server (measured in notebook 08).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -20,8 +21,6 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            try:
+            with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
         super().connection_made(transport)

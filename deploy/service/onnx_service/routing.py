@@ -67,7 +67,10 @@ class Router:
     def describe(self) -> dict[str, Any]:
         """Versions (name, file, sha256), aliases, split and shadow: what GET /admin/routing shows."""
         return {
-            "versions": {name: {"model": v.model.name, "file": v.model.path.name, "sha256": v.model.sha256, "opset": v.model.opset} for name, v in self.versions.items()},
+            "versions": {
+                name: {"model": v.model.name, "file": v.model.path.name, "sha256": v.model.sha256, "opset": v.model.opset}
+                for name, v in self.versions.items()
+            },
             "aliases": dict(self.aliases),
             "challenger_percent": self.challenger_percent,
             "shadow": self.shadow,
@@ -114,6 +117,9 @@ def build(document: Any, current: Router, load: Callable[[str], LoadedModel], ma
         reuse = next((v for n, v in current.versions.items() if current.paths.get(n) == path), None)
         model = reuse.model if reuse else load(path)
         if model.contract(1) != contract:
-            raise RoutingError(f"version {name} takes {model.contract(1).shape_text()} {model.contract(1).dtype}; the service takes {contract.shape_text()} {contract.dtype}")
+            raise RoutingError(
+                f"version {name} takes {model.contract(1).shape_text()} {model.contract(1).dtype}; "
+                f"the service takes {contract.shape_text()} {contract.dtype}"
+            )
         loaded[name] = reuse if reuse and reuse.name == name else Version(name, model, reuse.runner if reuse else make_runner(model))
     return Router(loaded, aliases, percent, shadow, versions)

@@ -37,7 +37,7 @@ class TritonError(ValueError):
 
 def _dims(shape: tuple, batched: bool, what: str) -> list[int]:
     if batched:
-        if not shape or isinstance(shape[0], int) and shape[0] > 0:
+        if not shape or (isinstance(shape[0], int) and shape[0] > 0):
             raise TritonError(f"{what}: max_batch_size > 0 needs a dynamic first (batch) dimension, the model has {list(shape)}")
         shape = shape[1:]
     return [d if isinstance(d, int) and d > 0 else -1 for d in shape]
@@ -81,7 +81,9 @@ class DynamicBatching:
         return "dynamic_batching {\n" + "\n".join(lines) + "\n}"
 
 
-def config_text(name: str, inputs: list[Any], outputs: list[Any], max_batch: int = 64, instances: int = 1, batching: DynamicBatching | None = None) -> str:
+def config_text(
+    name: str, inputs: list[Any], outputs: list[Any], max_batch: int = 64, instances: int = 1, batching: DynamicBatching | None = None
+) -> str:
     """The config.pbtxt text (protobuf text format of Triton's ModelConfig) for a model's inputs and outputs."""
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
         raise TritonError(f"model name {name!r}: use letters, digits, '_', '-' or '.' (it is also a folder name)")
@@ -98,7 +100,7 @@ def config_text(name: str, inputs: list[Any], outputs: list[Any], max_batch: int
     ]
     if batched:
         parts.append((batching or DynamicBatching()).text(max_batch))
-    parts.append('version_policy: { latest: { num_versions: 1 } }')
+    parts.append("version_policy: { latest: { num_versions: 1 } }")
     return "\n".join(parts) + "\n"
 
 
@@ -141,7 +143,7 @@ def parse_pbtxt(text: str) -> dict[str, Any]:
     while position < len(text):
         match = _TOKEN.match(text, position)
         if not match or match.end() == position:
-            raise ValueError(f"config.pbtxt: cannot parse at character {position}: {text[position:position + 20]!r}")
+            raise ValueError(f"config.pbtxt: cannot parse at character {position}: {text[position : position + 20]!r}")
         position = match.end()
         token = next((group for group in match.groups()[1:] if group is not None), None)
         if token is not None:

@@ -45,7 +45,9 @@ def parse_json(body: bytes) -> Any:
     except RequestError:
         raise
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise RequestError(400, "invalid_json", f"the body is not valid JSON ({error}); expected a JSON object like {{\"{FIELD}\": [...]}}") from None
+        raise RequestError(
+            400, "invalid_json", f'the body is not valid JSON ({error}); expected a JSON object like {{"{FIELD}": [...]}}'
+        ) from None
     except RecursionError:
         raise RequestError(400, "invalid_json", "the body nests JSON too deeply") from None
 
@@ -61,20 +63,32 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
         raise RequestError(422, "wrong_type", f'expected a JSON object like {{"{FIELD}": [...]}}, got a JSON {type(payload).__name__}')
     if FIELD not in payload:
         fields = ", ".join(repr(key) for key in list(payload)[:5]) or "none"
-        raise RequestError(422, "missing_field", f"missing field {FIELD!r}: send one example of shape {example_text} or a batch of shape {batch_text} (fields sent: {fields})")
+        raise RequestError(
+            422,
+            "missing_field",
+            f"missing field {FIELD!r}: send one example of shape {example_text} or a batch of shape {batch_text} (fields sent: {fields})",
+        )
     data = payload[FIELD]
     if isinstance(data, list) and len(data) == 0:
         raise RequestError(422, "empty_batch", f"{FIELD!r} is an empty list; send at least one example of shape {example_text}")
     try:
         array = np.asarray(data)
     except (ValueError, TypeError):
-        raise RequestError(422, "wrong_shape", f"{FIELD!r} has rows of different lengths; expected shape {example_text} or {batch_text}") from None
+        raise RequestError(
+            422, "wrong_shape", f"{FIELD!r} has rows of different lengths; expected shape {example_text} or {batch_text}"
+        ) from None
     integer_model = np.issubdtype(contract.dtype, np.integer)
     kind = array.dtype.kind
     if kind in "US":
-        raise RequestError(422, "wrong_type", f"{FIELD!r} contains text; expected {'integers' if integer_model else 'numbers'} ({contract.dtype.name})")
+        raise RequestError(
+            422, "wrong_type", f"{FIELD!r} contains text; expected {'integers' if integer_model else 'numbers'} ({contract.dtype.name})"
+        )
     if kind == "b":
-        raise RequestError(422, "wrong_type", f"{FIELD!r} contains true/false; expected {'integers' if integer_model else 'numbers'} ({contract.dtype.name})")
+        raise RequestError(
+            422,
+            "wrong_type",
+            f"{FIELD!r} contains true/false; expected {'integers' if integer_model else 'numbers'} ({contract.dtype.name})",
+        )
     if kind == "O" or kind not in "iuf":
         what = "an object" if isinstance(data, dict) else "null or a mix of types"
         raise RequestError(422, "wrong_type", f"{FIELD!r} contains {what}; expected nested lists of numbers ({contract.dtype.name})")
@@ -86,14 +100,27 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
     elif array.ndim == rank + 1:
         single = False
     else:
-        raise RequestError(422, "wrong_shape", f"{FIELD!r} has shape {list(array.shape)}; expected one example of shape {example_text} or a batch of shape {batch_text}")
+        raise RequestError(
+            422,
+            "wrong_shape",
+            f"{FIELD!r} has shape {list(array.shape)}; expected one example of shape {example_text} or a batch of shape {batch_text}",
+        )
     if array.shape[0] == 0:
         raise RequestError(422, "empty_batch", f"{FIELD!r} holds no examples; send at least one example of shape {example_text}")
     if array.shape[0] > contract.max_batch:
-        raise RequestError(422, "batch_too_large", f"a batch of {array.shape[0]} examples exceeds the maximum of {contract.max_batch}; split it into smaller requests")
-    for axis, (got, want) in enumerate(zip(array.shape[1:], contract.example_shape)):
+        raise RequestError(
+            422,
+            "batch_too_large",
+            f"a batch of {array.shape[0]} examples exceeds the maximum of {contract.max_batch}; split it into smaller requests",
+        )
+    for axis, (got, want) in enumerate(zip(array.shape[1:], contract.example_shape, strict=False)):
         if got == 0 or (want is not None and got != want):
-            raise RequestError(422, "wrong_shape", f"each example has shape {list(array.shape[1:])}; expected {example_text} (dimension {axis} should be {want if want is not None else 'at least 1'})")
+            raise RequestError(
+                422,
+                "wrong_shape",
+                f"each example has shape {list(array.shape[1:])}; expected {example_text} "
+                f"(dimension {axis} should be {want if want is not None else 'at least 1'})",
+            )
     if not integer_model:
         with np.errstate(over="ignore", invalid="ignore"):
             converted = array.astype(contract.dtype)
@@ -101,7 +128,9 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
         if not finite.all():
             index = tuple(int(i) for i in np.argwhere(~finite)[0])
             index = index[1:] if single else index
-            raise RequestError(422, "not_finite", f"{_index_text(index)} is not a finite {contract.dtype.name} number; inputs must be finite")
+            raise RequestError(
+                422, "not_finite", f"{_index_text(index)} is not a finite {contract.dtype.name} number; inputs must be finite"
+            )
         return converted, single
     info = np.iinfo(contract.dtype)
     if array.min() < info.min or array.max() > info.max:

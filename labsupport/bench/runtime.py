@@ -1,0 +1,241 @@
+"""The runtime benchmark of notebook 05: the digits CNN under ONNX Runtime, eager PyTorch and TensorFlow.
+
+Introduced in notebook 05, which plots ``sweep()``; ``python -m labsupport.bench runtime`` (and
+``make bench``) runs ``main()`` headless: it measures in one run ORT vs PyTorch latency at batch
+1 and 64 and ORT with one intra-op thread vs ORT's default (one thread per physical core, idle
+threads spinning) and vs the default thread count without spinning, prints the ratios and writes
+``artifacts/bench_runtime.json``. Every candidate is a zero-argument callable that runs one batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from labsupport.bench import timing
+from labsupport.course.data import load_digits
+from labsupport.models.digits_cnn import ensure_digits_cnn, load_digits_cnn
+from labsupport.onnxutil.sessions import open_session
+
+ORT, PYTORCH, TENSORFLOW = "onnxruntime", "pytorch", "tensorflow"
+# ORT's default: SessionOptions() untouched (one intra-op thread per physical core, idle threads spinning)
+ORT_ONE_THREAD, ORT_DEFAULT_THREADS = "onnxruntime, 1 thread", "onnxruntime, default"
+ORT_NO_SPINNING = "onnxruntime, default threads, no spinning"
+BATCH_SIZES = (1, 4, 16, 64, 256)
+ARTIFACT = "bench_runtime.json"
+
+
+def batch_of_digits(batch_size: int) -> np.ndarray:
+    """``batch_size`` real test digits, (N, 1, 8, 8) float32 (the test split repeated if N > 540)."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    images = load_digits().test.images
+    reps = -(-batch_size // len(images))
+    return np.ascontiguousarray(np.concatenate([images] * reps)[:batch_size])
+
+
+def tensorflow_available() -> bool:
+    """True when TensorFlow and the course's Keras digits model (``labsupport.models.digits_keras``) can be loaded."""
+    return importlib.util.find_spec("tensorflow") is not None and importlib.util.find_spec("labsupport.models.digits_keras") is not None
+
+
+@lru_cache(maxsize=1)
+def _keras_model():
+    # Latency does not depend on the weights' values, so the untrained twin of notebook 03's model
+    # (same layers, same shapes) is timed: no training in a benchmark.
+    from labsupport.models import digits_keras
+
+    return digits_keras.build_digits_keras()
+
+
+def candidates(
+    batch_size: int,
+    frameworks: Sequence[str] = (ORT, PYTORCH),
+    *,
+    session=None,
+    torch_model=None,
+) -> dict[str, Callable[[], object]]:
+    """``{framework: fn}`` where ``fn()`` runs the digits CNN on one batch of ``batch_size`` digits.
+
+    ``frameworks`` picks among "onnxruntime", "pytorch" (eager, ``inference_mode``) and "tensorflow"
+    (the Keras twin of notebook 03 under ``tf.function``, channels-last input); a ready ``session`` or
+    ``torch_model`` can be passed to avoid building them again for every batch size.
+    """
+    unknown = [name for name in frameworks if name not in (ORT, PYTORCH, TENSORFLOW)]
+    if unknown or not frameworks:
+        raise ValueError(f"frameworks must be chosen from {[ORT, PYTORCH, TENSORFLOW]}, got {list(frameworks)}")
+    images = batch_of_digits(batch_size)
+    fns: dict[str, Callable[[], object]] = {}
+    if ORT in frameworks:
+        ort_sess = session or open_session(ensure_digits_cnn(), spinning=False)
+        input_name = ort_sess.get_inputs()[0].name
+        fns[ORT] = lambda: ort_sess.run(None, {input_name: images})
+    if PYTORCH in frameworks:
+        model = torch_model or load_digits_cnn()
+        tensor = torch.from_numpy(images)
+
+        def run_torch():
+            with torch.inference_mode():
+                return model(tensor)
+
+        fns[PYTORCH] = run_torch
+    if TENSORFLOW in frameworks:
+        if not tensorflow_available():
+            raise RuntimeError("TensorFlow or labsupport.models.digits_keras is not available: leave 'tensorflow' out of frameworks")
+        import tensorflow as tf
+
+        from labsupport.models.digits_keras import to_nhwc
+
+        keras_model = _keras_model()
+        compiled = tf.function(lambda x: keras_model(x, training=False))  # graph mode, as TF serves models
+        channels_last = tf.constant(to_nhwc(images))
+        fns[TENSORFLOW] = lambda: compiled(channels_last)
+    return fns
+
+
+@contextmanager
+def thread_budget(threads: int | None) -> Iterator[None]:
+    """Give PyTorch (and TensorFlow, if it has not started yet) ``threads`` threads in the block; None: leave defaults."""
+    if threads is None:
+        yield
+        return
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be a whole number >= 1 or None (each framework's default), got {threads!r}")
+    if "tensorflow" in sys.modules:
+        tf = sys.modules["tensorflow"]
+        try:  # only possible before TensorFlow has run anything in this process
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        except RuntimeError:
+            pass
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def sweep(
+    batch_sizes: Sequence[int] = BATCH_SIZES,
+    frameworks: Sequence[str] = (ORT, PYTORCH),
+    *,
+    threads: int | None = 1,
+    warmup: int = 2,
+    repeat: int = 10,
+) -> timing.BenchTable:
+    """Latency/throughput of each framework at each batch size, measured interleaved; baseline pytorch if present.
+
+    ``threads`` gives every framework the same number of intra-op threads (default 1: a per-core
+    comparison that stays meaningful when other programs share the cores; OpenMP-threaded eager
+    PyTorch can stall badly then). ``None`` keeps each framework's own default.
+    """
+    if not batch_sizes:
+        raise ValueError("batch_sizes must name at least one batch size")
+    if TENSORFLOW in frameworks and tensorflow_available():
+        importlib.import_module("labsupport.models.digits_keras")  # quiets, then imports TensorFlow: thread_budget can size its pools
+    with thread_budget(threads):
+        # spinning off: ORT's idle workers busy-waiting after each run would steal the cores from the framework timed next
+        session = open_session(ensure_digits_cnn(), threads=threads or 0, spinning=False) if ORT in frameworks else None
+        torch_model = load_digits_cnn() if PYTORCH in frameworks else None
+        baseline = PYTORCH if PYTORCH in frameworks else frameworks[0]
+        tables = [
+            timing.compare_candidates(
+                candidates(size, frameworks, session=session, torch_model=torch_model),
+                baseline=baseline,
+                batch_size=size,
+                warmup=warmup,
+                repeat=repeat,
+            )
+            for size in batch_sizes
+        ]
+    return timing.merge(tables)
+
+
+def thread_table(batch_sizes: Sequence[int] = (1, 64), *, warmup: int = 3, repeat: int = 30) -> timing.BenchTable:
+    """ORT with one intra-op thread and without spinning vs ORT's true default, at each batch size (baseline: default).
+
+    The default is ``SessionOptions()`` untouched: one intra-op thread per physical core whose idle
+    threads spin. Spinning threads would slow a candidate timed right after, so each session is
+    timed on its own (``timing.compare_candidates(..., blocks=3)``), not interleaved.
+    """
+    model = ensure_digits_cnn()
+    sessions = {
+        ORT_DEFAULT_THREADS: open_session(model),
+        ORT_ONE_THREAD: open_session(model, threads=1, spinning=False),
+        ORT_NO_SPINNING: open_session(model, spinning=False),
+    }
+    tables = []
+    for size in batch_sizes:
+        fns = {name: candidates(size, (ORT,), session=session)[ORT] for name, session in sessions.items()}
+        tables.append(timing.compare_candidates(fns, baseline=ORT_DEFAULT_THREADS, batch_size=size, warmup=warmup, repeat=repeat, blocks=3))
+    return timing.merge(tables)
+
+
+def summary(frameworks_table: timing.BenchTable, threads: timing.BenchTable) -> dict[str, float]:
+    """The headline ratios: ORT/PyTorch latency per batch size, and ORT 1-thread (and no-spinning)/default latency."""
+    ratios: dict[str, float] = {}
+    for entry in frameworks_table.timings:
+        if entry.name != frameworks_table.baseline:
+            ratios[f"{entry.name}/{frameworks_table.baseline} latency @ batch {entry.batch_size}"] = frameworks_table.ratio(
+                entry.name, entry.batch_size
+            )
+    for entry in threads.timings:
+        label = {ORT_ONE_THREAD: "ort 1 thread/default", ORT_NO_SPINNING: "ort no spinning/default"}.get(entry.name)
+        if label:
+            ratios[f"{label} latency @ batch {entry.batch_size}"] = threads.ratio(entry.name, entry.batch_size)
+    return ratios
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line of the runtime suite: ``python -m labsupport.bench runtime [--repeat N] [--tensorflow]``."""
+    parser = argparse.ArgumentParser(prog="python -m labsupport.bench runtime", description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=30, help="timed calls per candidate and batch size (default 30)")
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 64], help="batch sizes (default: 1 64)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="threads per framework in the framework comparison (default 1; 0 = each framework's default)"
+    )
+    parser.add_argument("--tensorflow", action="store_true", help="also time the Keras model (slow to import)")
+    parser.add_argument("--output", default=ARTIFACT, help=f"file name under artifacts/ (default {ARTIFACT})")
+    args = parser.parse_args(None if argv is None else list(argv))
+    if args.repeat < 1 or any(size < 1 for size in args.batch) or args.threads < 0:
+        parser.error("--repeat and --batch must be >= 1, --threads >= 0")
+    threads = args.threads or None
+    frameworks = [ORT, PYTORCH]
+    if args.tensorflow:
+        if not tensorflow_available():
+            print("TensorFlow leg skipped: tensorflow or labsupport.models.digits_keras is not available")
+        else:
+            frameworks.append(TENSORFLOW)
+
+    import onnxruntime
+
+    from labsupport.course.paths import artifact, relative
+
+    budget = f"{threads} thread(s) each" if threads else "each framework's default threads"
+    print(f"digits CNN, CPU; onnxruntime {onnxruntime.__version__}, torch {torch.__version__}, {os.cpu_count()} CPU cores")
+    print(f"frameworks compared with {budget}; {args.repeat} timed calls per candidate, interleaved")
+    table = sweep(args.batch, frameworks, threads=threads, warmup=3, repeat=args.repeat)
+    thread_effect = thread_table(args.batch, repeat=args.repeat)
+    print(table)
+    print()
+    print(thread_effect)
+    ratios = summary(table, thread_effect)
+    print()
+    for label, ratio in ratios.items():
+        verdict = f"{1 / ratio:.2f}x faster" if ratio < 0.99 else f"{ratio:.2f}x slower" if ratio > 1.01 else "about the same"
+        print(f"{label:<48} {ratio:6.2f}  ({verdict})")
+    path = table.to_json(
+        artifact(args.output), threads=thread_effect.rows(), ratios=ratios, repeat=args.repeat, framework_threads=threads or "default"
+    )
+    print(f"\nwrote {relative(path)}")
+    return 0

@@ -1,0 +1,1 @@
+"""ONNX and ONNX Runtime utilities used across lessons: sessions, export, reading and drawing graphs, profiling, optimization."""

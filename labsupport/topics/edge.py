@@ -1,0 +1,377 @@
+"""The course model outside Python: the browser, Node.js and the mobile ``.ort`` format.
+
+Introduced in notebook 09. The deployable code lives in ``deploy/web`` (a static page running
+onnxruntime-web on WebAssembly, served by the ``onnx_web_demo`` package there) and ``deploy/node``
+(``classify.js`` with onnxruntime-node); these helpers let the notebook and the tests drive that
+code for real and compare it with ONNX Runtime in Python:
+
+* ``write_images_json`` writes test images in the JSON shape both programs read;
+* ``run_node_classifier`` runs ``deploy/node/classify.js`` as a subprocess and parses its JSON;
+* ``web_demo`` builds ``onnx_web_demo.WebDemoServer`` for a model with the test images of the
+  page's picker (``web_demo_files`` makes what ``make web`` serves);
+* ``browser_classify`` drives Debian's Chromium headless with Playwright through that page;
+* ``convert_to_ort`` calls ``python -m onnxruntime.tools.convert_onnx_models_to_ort``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from labsupport.course.compare import softmax
+from labsupport.course.paths import artifact, relative, repo_root
+from labsupport.onnxutil.sessions import open_session
+from onnx_web_demo import PAGE_DIR, WebDemoServer
+
+ORT_WEB_VERSION = "1.30.0"
+ORT_NODE_VERSION = "1.30.0"
+PIXELS = 64  # one 8x8 digit, flattened row by row
+PAGE_IMAGES = "edge/page_images.json"  # the test images of the page's picker, under artifacts/
+PAGE_IMAGE_COUNT = 24
+# Debian's Chromium (Playwright's own browser download is never used); $ONNX_LAB_CHROMIUM points elsewhere
+CHROMIUM = os.environ.get("ONNX_LAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
+
+
+def web_dir() -> Path:
+    """``deploy/web``: the static page, its ``package.json``, the ``onnx_web_demo`` server and (after ``npm ci``) ``node_modules``."""
+    return PAGE_DIR
+
+
+def node_dir() -> Path:
+    """``deploy/node``: ``classify.js``, its ``package.json`` and (after ``npm ci``) ``node_modules``."""
+    return repo_root() / "deploy" / "node"
+
+
+# --------------------------------------------------------------------------- inputs and reference
+
+
+def _as_images(images: Any) -> np.ndarray:
+    array = np.asarray(images, dtype=np.float32)
+    if array.ndim == 4 and array.shape[1:] == (1, 8, 8):
+        array = array.reshape(len(array), PIXELS)
+    if array.ndim != 2 or array.shape[1] != PIXELS or len(array) == 0:
+        raise ValueError(f"images must have shape (N, 1, 8, 8) or (N, 64) with N >= 1, got {np.shape(images)}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError("images contain NaN or infinity; pixels must be finite numbers in [0, 1]")
+    return array
+
+
+def images_payload(images: Any, labels: Sequence[int] | None = None) -> dict[str, Any]:
+    """The JSON document that ``classify.js`` and the web page read: ``{"images": [[64 floats], ...], "labels": [...]}``."""
+    flat = _as_images(images)
+    payload: dict[str, Any] = {"images": [[float(v) for v in row] for row in flat]}
+    if labels is not None:
+        labels = [int(label) for label in labels]
+        if len(labels) != len(flat):
+            raise ValueError(f"got {len(labels)} labels for {len(flat)} images")
+        payload["labels"] = labels
+    return payload
+
+
+def write_images_json(images: Any, path: str | os.PathLike[str], labels: Sequence[int] | None = None) -> Path:
+    """Write (N, 1, 8, 8) or (N, 64) images (and optional labels) as the JSON file ``classify.js`` reads; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(images_payload(images, labels)), encoding="utf-8")
+    return path
+
+
+def python_reference(model_path: str | os.PathLike[str], images: Any) -> dict[str, np.ndarray]:
+    """Logits, probabilities and predictions of ONNX Runtime in Python on the CPU: the reference for every other runtime."""
+    session = open_session(model_path)
+    flat = _as_images(images)
+    logits = session.run(None, {session.get_inputs()[0].name: flat.reshape(-1, 1, 8, 8)})[0]
+    probabilities = softmax(logits)
+    return {"logits": logits, "probabilities": probabilities, "predictions": probabilities.argmax(axis=1)}
+
+
+# --------------------------------------------------------------------------- Node.js
+
+
+def node_executable() -> str | None:
+    """Path of ``node`` on PATH, or None."""
+    return shutil.which("node")
+
+
+def run_node_classifier(
+    images_json: str | os.PathLike[str],
+    model_path: str | os.PathLike[str],
+    node: str | None = None,
+    timeout: float = 120,
+) -> dict[str, Any]:
+    """Run ``node deploy/node/classify.js --model M --input J`` and return its JSON (predictions, probabilities, logits).
+
+    Raises FileNotFoundError when node or the npm packages are missing, RuntimeError with the
+    program's own error message when it exits non-zero.
+    """
+    node = node or node_executable()
+    if node is None:
+        raise FileNotFoundError("node not found on PATH: install Node.js 18 or newer to run deploy/node/classify.js")
+    if not (node_dir() / "node_modules" / "onnxruntime-node").is_dir():
+        raise FileNotFoundError(
+            "onnxruntime-node is not installed in deploy/node/node_modules: run `make js-deps` "
+            "(or `cd deploy/node && ONNXRUNTIME_NODE_INSTALL_CUDA=skip npm ci`)"
+        )
+    for what, value in (("images_json", images_json), ("model_path", model_path)):
+        if not Path(value).is_file():
+            raise FileNotFoundError(f"{what} {relative(value)} does not exist")
+    command = [node, "classify.js", "--model", str(Path(model_path).resolve()), "--input", str(Path(images_json).resolve())]
+    done = subprocess.run(command, cwd=node_dir(), capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"classify.js exited with status {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
+    return json.loads(done.stdout)
+
+
+# --------------------------------------------------------------------------- the web page
+
+
+def page_images(count: int = PAGE_IMAGE_COUNT) -> Path:
+    """Write the first ``count`` test images and labels as ``artifacts/edge/page_images.json``: the page's picker list."""
+    from labsupport.course.data import load_digits
+
+    test = load_digits().test
+    return write_images_json(test.images[:count], artifact(PAGE_IMAGES), labels=test.labels[:count])
+
+
+def web_demo_files() -> tuple[Path, Path]:
+    """The course model and the page's test images, made when missing: what ``make web`` serves (notebook 09)."""
+    from labsupport.models.digits_cnn import ensure_digits_cnn
+
+    return ensure_digits_cnn(), page_images()
+
+
+def web_demo(model_path: str | os.PathLike[str], port: int = 0) -> WebDemoServer:
+    """An ``onnx_web_demo.WebDemoServer`` for ``model_path`` on 127.0.0.1 (port 0: any free one) with the test images (09)."""
+    return WebDemoServer(model_path, page_images(), port=port)
+
+
+@dataclass
+class BrowserResult:
+    """What the page computed in Chromium: per-image logits/probabilities/predictions, the runtime, the UI's answers.
+
+    ``shown_prediction`` is what the page displayed for test image ``shown_index`` picked in its
+    list; ``drawing_pixels`` (64 values) and ``drawing_prediction`` come from a stroke drawn with the mouse.
+    """
+
+    logits: np.ndarray
+    probabilities: np.ndarray
+    predictions: np.ndarray
+    runtime: str
+    backend: str
+    shown_index: int
+    shown_prediction: int
+    drawing_pixels: np.ndarray
+    drawing_prediction: int
+    screenshot: Path | None = None
+    console_errors: list[str] = field(default_factory=list)
+
+
+def _open_page(browser: Any, url: str, timeout_ms: float, errors: list[str]) -> Any:
+    """A new tab on the demo page, with console errors collected in ``errors``, once the model is loaded."""
+    page = browser.new_page(viewport={"width": 1100, "height": 720})
+    page.set_default_timeout(timeout_ms)
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(url)
+    page.wait_for_function("window.onnxLab !== undefined")
+    page.evaluate("async () => { await window.onnxLab.ready; }")
+    return page
+
+
+def _draw_seven(page: Any) -> tuple[int, list[float]]:
+    """A learner drawing a "7" with the mouse; the page classifies the drawing on release: (its answer, the 64 pixels)."""
+    box = page.locator("#pad").bounding_box()
+    stroke = [(0.2, 0.15), (0.8, 0.15), (0.45, 0.9)]
+    page.mouse.move(box["x"] + stroke[0][0] * box["width"], box["y"] + stroke[0][1] * box["height"])
+    page.mouse.down()
+    for fx, fy in stroke[1:]:
+        page.mouse.move(box["x"] + fx * box["width"], box["y"] + fy * box["height"], steps=12)
+    page.mouse.up()
+    page.wait_for_function("document.querySelector('#prediction').dataset.index === 'drawing'")
+    return int(page.get_attribute("#prediction", "data-class")), page.evaluate("() => window.onnxLab.padPixels()")
+
+
+def _pick_test_image(page: Any, index: int) -> int:
+    """The learner's path through the UI: pick test image ``index`` in the list and read the page's answer."""
+    page.select_option("#picker", str(index))
+    page.wait_for_function(f"document.querySelector('#prediction').dataset.index === '{index}'")
+    return int(page.get_attribute("#prediction", "data-class"))
+
+
+def _drive_browser(
+    url: str, flat: np.ndarray, shown_index: int, screenshot: Path | None, executable: str, timeout_ms: float
+) -> BrowserResult:
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=list(CHROMIUM_ARGS), headless=True)
+        try:
+            page = _open_page(browser, url, timeout_ms, errors)
+            info = page.evaluate("() => window.onnxLab.info()")
+            result = page.evaluate("async (images) => window.onnxLab.classify(images)", flat.tolist())
+            drawing_prediction, drawing_pixels = _draw_seven(page)
+            shown = _pick_test_image(page, shown_index)
+            if screenshot is not None:
+                screenshot.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            browser.close()
+    return BrowserResult(
+        logits=np.asarray(result["logits"], dtype=np.float32),
+        probabilities=np.asarray(result["probabilities"], dtype=np.float64),
+        predictions=np.asarray(result["predictions"], dtype=np.int64),
+        runtime=f"onnxruntime-web {info['version']}",
+        backend=str(info["backend"]),
+        shown_index=shown_index,
+        shown_prediction=shown,
+        drawing_pixels=np.asarray(drawing_pixels, dtype=np.float32),
+        drawing_prediction=drawing_prediction,
+        screenshot=screenshot,
+        console_errors=errors,
+    )
+
+
+def browser_classify(
+    model_path: str | os.PathLike[str],
+    images: Any,
+    shown_index: int = 0,
+    screenshot: str | os.PathLike[str] | None = None,
+    executable: str = CHROMIUM,
+    timeout: float = 120,
+) -> BrowserResult:
+    """Serve the page, open it in headless Chromium, classify ``images`` there and pick test image ``shown_index`` in the UI.
+
+    Optionally saves a screenshot (PNG). Runs Playwright in a worker thread, so it also works
+    inside Jupyter (whose event loop blocks Playwright's sync API in the main thread).
+    Introduced in notebook 09.
+    """
+    flat = _as_images(images)
+    if not Path(executable).is_file():
+        raise FileNotFoundError(
+            f"Chromium not found at {executable}: install Debian's package (`apt-get install chromium`) "
+            "or set $ONNX_LAB_CHROMIUM to a Chromium or Chrome executable"
+        )
+    shot = Path(screenshot) if screenshot is not None else None
+    with web_demo(model_path) as server:
+        if not 0 <= shown_index < server.test_images:
+            raise ValueError(f"shown_index must be in 0..{server.test_images - 1} (the page lists that many test images)")
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["result"] = _drive_browser(server.url, flat, shown_index, shot, executable, timeout * 1000)
+            except BaseException as error:  # re-raised in the caller's thread
+                outcome["error"] = error
+
+        worker = threading.Thread(target=work, name="playwright", daemon=True)
+        worker.start()
+        worker.join(timeout * 3)
+        if worker.is_alive():
+            raise TimeoutError(f"the browser did not finish within {timeout * 3:.0f} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+# --------------------------------------------------------------------------- mobile (.ort)
+
+
+@dataclass
+class OrtConversion:
+    """The files ``convert_onnx_models_to_ort`` produced for one model, with their sizes in bytes."""
+
+    onnx_path: Path
+    ort_path: Path
+    config_path: Path
+    optimization_style: str
+
+    @property
+    def onnx_bytes(self) -> int:
+        return self.onnx_path.stat().st_size
+
+    @property
+    def ort_bytes(self) -> int:
+        return self.ort_path.stat().st_size
+
+
+def is_ort_format(path: str | os.PathLike[str]) -> bool:
+    """True when the file is an ORT-format (flatbuffer) model: bytes 4-7 spell ``ORTM``."""
+    with open(path, "rb") as handle:
+        return handle.read(8)[4:8] == b"ORTM"
+
+
+def convert_to_ort(
+    onnx_path: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    optimization_style: str = "Fixed",
+    target_platform: str = "arm",
+    timeout: float = 300,
+) -> OrtConversion:
+    """Convert one .onnx file with ``python -m onnxruntime.tools.convert_onnx_models_to_ort`` (notebook 09).
+
+    ``optimization_style`` is "Fixed" (optimizations baked in; for the CPU/XNNPACK) or "Runtime"
+    (for NNAPI/CoreML, which decide at load time which nodes they take). Returns the .ort model
+    and the ``required_operators`` config that a reduced-size build takes (``--include_ops_by_config``).
+    ``target_platform`` "arm" (phones; the default) or "amd64" picks the platform-specific optimizations.
+    Give each conversion its own ``output_dir`` so its files are easy to tell apart. For "Runtime" the
+    converter also converts the model once more without runtime optimizations (in a temporary folder)
+    and the config covers the operators of both, since the saved optimizations may not be applied.
+    """
+    source = Path(onnx_path)
+    if source.suffix != ".onnx" or not source.is_file():
+        raise FileNotFoundError(f"expected an existing .onnx file, got {relative(source)}")
+    if optimization_style not in ("Fixed", "Runtime"):
+        raise ValueError(f"optimization_style must be 'Fixed' or 'Runtime', got {optimization_style!r}")
+    if target_platform not in ("arm", "amd64"):
+        raise ValueError(f"target_platform must be 'arm' (phones) or 'amd64', got {target_platform!r}")
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "onnxruntime.tools.convert_onnx_models_to_ort",
+        str(source),
+        "--output_dir",
+        str(out),
+        "--optimization_style",
+        optimization_style,
+        "--target_platform",
+        target_platform,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    infix = ".with_runtime_opt" if optimization_style == "Runtime" else ""
+    ort_path = out / f"{source.stem}{infix}.ort"
+    config_path = out / f"{source.stem}.required_operators{infix}.config"
+    if done.returncode != 0 or not ort_path.is_file():
+        raise RuntimeError(f"convert_onnx_models_to_ort failed (status {done.returncode}): {done.stderr.strip()[-2000:]}")
+    return OrtConversion(source, ort_path, config_path, optimization_style)
+
+
+def operator_config_text(path: str | os.PathLike[str]) -> str:
+    """The ``required_operators`` config with the absolute model paths in its comments shortened to file names."""
+    lines = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.startswith("# - "):
+            line = "# - " + Path(line[4:]).name
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""Notebook 02's exercises: the reference solutions pass, typical wrong answers fail."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from labsupport.exercises import CORRECT, INCORRECT, nb02
+from labsupport.onnxutil.export import quiet_export
+
+BATCH = {"input": {0: torch.export.Dim("batch")}}
+
+
+def _export(model: nn.Module, path, **options) -> str:
+    options.setdefault("input_names", ["image"])
+    options.setdefault("output_names", ["logits"])
+    with quiet_export():
+        torch.onnx.export(model, (torch.rand(2, 1, 8, 8),), path, dynamo=True, external_data=False, verbose=False, **options)
+    return str(path)
+
+
+def test_exercise_mlp_is_fixed_and_in_eval_mode():
+    first, second = nb02.exercise_mlp(), nb02.exercise_mlp()
+    assert not first.training
+    for name, tensor in first.state_dict().items():
+        assert torch.equal(tensor, second.state_dict()[name]), name
+    assert first(torch.rand(3, 1, 8, 8)).shape == (3, 10)
+
+
+def test_q1_rejects_a_static_batch(tmp_path):
+    path = _export(nb02.exercise_mlp(), tmp_path / "static.onnx")
+    outcome = nb02.q1.evaluate(path)
+    assert outcome.status == INCORRECT and "batch of 1 failed" in outcome.message
+
+
+def test_q1_rejects_other_weights(tmp_path):
+    torch.manual_seed(5)
+    other = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10)).eval()
+    outcome = nb02.q1.evaluate(_export(other, tmp_path / "other.onnx", dynamic_shapes=BATCH))
+    assert outcome.status == INCORRECT and "differ from exercise_mlp()" in outcome.message
+
+
+def test_q1_rejects_wrong_names(tmp_path):
+    path = _export(nb02.exercise_mlp(), tmp_path / "names.onnx", dynamic_shapes=BATCH, input_names=["x"])
+    outcome = nb02.q1.evaluate(path)
+    assert outcome.status == INCORRECT and "name the input" in outcome.message
+
+
+@pytest.mark.parametrize("wrong", ["no/such/file.onnx", 42, nb02.exercise_mlp()])
+def test_q1_rejects_things_that_are_not_an_exported_file(wrong):
+    assert nb02.q1.evaluate(wrong).status == INCORRECT
+
+
+def test_q2_rejects_the_original_model_with_the_exporter_error():
+    outcome = nb02.q2.evaluate(nb02.ScaleIfBright())
+    assert outcome.status == INCORRECT and "still fails" in outcome.message and "data-dependent" in outcome.message
+
+
+class _AlwaysHalve(nn.Module):
+    def forward(self, image):
+        return image * 0.5
+
+
+class _Cond(nn.Module):
+    def forward(self, image):
+        return torch.cond(image.mean() > 0.3, lambda x: x * 0.5, lambda x: x * 1.0, (image,))
+
+
+def test_q2_rejects_a_model_that_kept_one_branch():
+    outcome = nb02.q2.evaluate(_AlwaysHalve())
+    assert outcome.status == INCORRECT and "below 0.3" in outcome.message
+
+
+def test_q2_accepts_torch_cond_and_rejects_non_modules():
+    assert nb02.q2.evaluate(_Cond()).status == CORRECT
+    assert nb02.q2.evaluate(lambda image: image).status == INCORRECT

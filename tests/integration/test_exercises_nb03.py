@@ -1,0 +1,70 @@
+"""Exercises of notebook 03: each reference solution passes, typical wrong answers fail, ____ is not attempted."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("tensorflow")
+import tensorflow as tf
+import tf2onnx
+
+from labsupport.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, ____
+from labsupport.exercises.nb03 import exercise_model, q1, q2
+from labsupport.models.digits_keras import build_digits_keras
+
+
+def _convert(model, batch=None):
+    signature = (tf.TensorSpec((batch, 8, 8, 1), tf.float32, name="image"),)
+    return tf2onnx.convert.from_keras(model, input_signature=signature, opset=18)[0]
+
+
+@pytest.fixture(scope="module")
+def logits_model():
+    return q1.reference_answer()
+
+
+def test_q1_reference_passes_and_nchw_input_is_accepted(logits_model, tmp_path):
+    assert q1.evaluate(logits_model).status == CORRECT
+    assert q1.evaluate(____).status == NOT_ATTEMPTED
+    nchw, _ = tf2onnx.convert.from_keras(
+        exercise_model(),
+        input_signature=(tf.TensorSpec((None, 8, 8, 1), tf.float32, name="image"),),
+        opset=18,
+        inputs_as_nchw=["image"],
+        output_path=str(tmp_path / "nchw.onnx"),
+    )
+    assert q1.evaluate(str(tmp_path / "nchw.onnx")).status == CORRECT
+    assert q1.evaluate(nchw).status == CORRECT
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (lambda: _convert(exercise_model(), batch=1), "batch dimension is fixed"),
+        (lambda: _convert(build_digits_keras(seed=0)), "differ from TensorFlow"),
+        (lambda: "missing.onnx", "does not exist"),
+        (lambda: exercise_model(), "ModelProto"),
+    ],
+    ids=["fixed-batch", "other-weights", "missing-file", "keras-model-itself"],
+)
+def test_q1_wrong_answers_fail(wrong, reason):
+    outcome = q1.evaluate(wrong())
+    assert outcome.status == INCORRECT and reason in outcome.message
+
+
+def test_q2_rejects_logits(logits_model):
+    outcome = q2.evaluate(logits_model)  # logits, not probabilities
+    assert outcome.status == INCORRECT and "differ from TensorFlow" in outcome.message
+
+
+def test_q2_fixed_batch_function_fails():
+    model = exercise_model()
+    signature = [tf.TensorSpec((1, 8, 8, 1), tf.float32, name="image")]
+
+    @tf.function(input_signature=signature)
+    def probabilities(image):
+        return tf.nn.softmax(model(image, training=False))
+
+    proto, _ = tf2onnx.convert.from_function(probabilities, input_signature=signature, opset=18)
+    outcome = q2.evaluate(proto)
+    assert outcome.status == INCORRECT and "fixed" in outcome.message

@@ -1,0 +1,64 @@
+"""Exercises of notebook 04: each reference solution passes, typical wrong answers fail, ____ is not attempted."""
+
+from __future__ import annotations
+
+import pytest
+from skl2onnx import to_onnx
+
+from labsupport.course.data import load_digits
+from labsupport.exercises import CORRECT, INCORRECT
+from labsupport.exercises.nb04 import exercise_pipeline, exercise_table, q1, q2
+from labsupport.models.digits_sklearn import digits_forest, fit_on_digits, initial_types, make_mixed_table, mixed_pipeline
+
+OPSET = {"": 18, "ai.onnx.ml": 3}
+
+
+def test_q1_accepts_the_reference_as_a_file(tmp_path):
+    path = tmp_path / "q1.onnx"
+    path.write_bytes(q1.reference_answer().SerializeToString())
+    assert q1.evaluate(str(path)).status == CORRECT
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (lambda: to_onnx(exercise_pipeline(), load_digits().train.flat[:1], target_opset=OPSET), "zipmap"),
+        (
+            lambda: to_onnx(fit_on_digits(digits_forest()), load_digits().train.flat[:1], options={"zipmap": False}),
+            "labels agree",
+        ),
+        (
+            lambda: to_onnx(exercise_pipeline(), load_digits().train.flat[:1].astype("float64"), options={"zipmap": False}),
+            "float32 input",
+        ),
+        (lambda: exercise_pipeline(), "ModelProto"),
+    ],
+    ids=["zipmap-default", "another-model", "double-input", "sklearn-object"],
+)
+def test_q1_wrong_answers_fail(wrong, reason):
+    outcome = q1.evaluate(wrong())
+    assert outcome.status == INCORRECT and reason in outcome.message
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        # guessed from the DataFrame: numbers become float64 (double) inputs
+        (lambda frame, model: to_onnx(model, frame[:1], options={"zipmap": False}, target_opset=OPSET), "tensor(float)"),
+        (lambda frame, model: to_onnx(model, initial_types=initial_types(frame), target_opset=OPSET), "zipmap"),
+        (
+            lambda frame, model: to_onnx(
+                mixed_pipeline().fit(*make_mixed_table(400, seed=1)),
+                initial_types=initial_types(frame),
+                options={"zipmap": False},
+                target_opset=OPSET,
+            ),
+            "labels agree",
+        ),
+    ],
+    ids=["double-inputs", "zipmap-default", "fitted-on-other-data"],
+)
+def test_q2_wrong_answers_fail(wrong, reason):
+    frame, _, model = exercise_table()
+    outcome = q2.evaluate(wrong(frame, model))
+    assert outcome.status == INCORRECT and reason in outcome.message

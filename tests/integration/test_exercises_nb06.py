@@ -1,0 +1,155 @@
+"""Exercises of notebook 06: typical wrong answers fail (the reference solutions pass in test_exercises_api.py)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, quantize_static
+
+from labsupport.course.data import load_digits
+from labsupport.exercises import CORRECT, INCORRECT
+from labsupport.exercises.nb06 import BROKEN_PERCENTILE, RESTORE_THRESHOLD, float_compute_nodes, mlp_preprocessed, q1, q2, q3
+from labsupport.topics import quantization as quant
+
+# ------------------------------------------------------------------ exercise 1
+
+
+def reader_class(
+    layout=lambda split: split.flat,
+    key="pixels",
+    dtype=np.float32,
+    rejects=lambda count, size: count % size != 0,
+    fixed_split=None,
+    fixed_batch=None,
+):
+    """A reader class that gets one thing wrong (or nothing, with the defaults)."""
+
+    class Reader(CalibrationDataReader):
+        def __init__(self, split, batch_size):
+            rows = np.asarray(layout(fixed_split or split), dtype=dtype)
+            if rejects(len(rows), batch_size):
+                raise ValueError("ragged")
+            size = fixed_batch or batch_size
+            self._batches = iter([{key: rows[i : i + size]} for i in range(0, len(rows), size)])
+
+        def get_next(self):
+            return next(self._batches, None)
+
+    return Reader
+
+
+class Endless(CalibrationDataReader):
+    def __init__(self, split, batch_size):
+        self._batch = {"pixels": split.flat[:batch_size]}
+
+    def get_next(self):
+        return self._batch
+
+
+class Empty(CalibrationDataReader):
+    def __init__(self, split, batch_size):
+        pass
+
+    def get_next(self):
+        return None
+
+
+def test_q1_the_right_class_passes_and_instances_do_not():
+    right = reader_class()
+    assert q1.evaluate(right).status == CORRECT
+    outcome = q1.evaluate(right(load_digits().calibration, 20))
+    assert outcome.status == INCORRECT and "class itself" in outcome.message
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (reader_class(layout=lambda split: split.images), "shape (N, 64)"),  # the CNN's layout
+        (reader_class(key="image"), "'pixels'"),  # the CNN's input name
+        (reader_class(dtype=np.float64), "float32"),
+        (reader_class(fixed_split=load_digits().calibration), "read the split it is given"),  # hard-coded split
+        (reader_class(rejects=lambda count, size: False), "must raise ValueError"),  # lets a ragged last batch through
+        (reader_class(rejects=lambda count, size: size != 20), "but 60 divides"),  # only the batch size of the notebook
+        (reader_class(fixed_batch=20), "every batch must have batch_size=60"),  # ignores its batch_size
+        (reader_class(layout=lambda split: split.flat[:-60]), "not each of its images"),  # part of the split
+        (reader_class(layout=lambda split: np.random.default_rng(0).random(split.flat.shape)), "not each of its images"),
+        (Endless, "never returned None"),
+        (Empty, "no data"),
+        ("MlpReader", "class itself"),
+    ],
+)
+def test_q1_rejects_typical_wrong_readers(wrong, reason):
+    outcome = q1.evaluate(wrong)
+    assert outcome.status == INCORRECT
+    assert reason in outcome.message, outcome.message
+
+
+# ------------------------------------------------------------------ exercise 2
+
+
+def quantizer(nodes=("node_matmul/MatMulAddFusion",), method=CalibrationMethod.Percentile, reduce_range=True):
+    """A learner's quantize_mlp(src, dst) with one choice made differently from the reference."""
+
+    def quantize_mlp(src, dst):
+        quantize_static(
+            src,
+            dst,
+            quant.reader_for(src),
+            per_channel=True,
+            reduce_range=reduce_range,
+            calibrate_method=method,
+            extra_options={"CalibPercentile": BROKEN_PERCENTILE},
+            nodes_to_exclude=list(nodes),
+        )
+
+    return quantize_mlp
+
+
+def gemm_names():
+    return [node.name for node in onnx.load(mlp_preprocessed()).graph.node if node.op_type == "Gemm"]
+
+
+def test_q2_scenario_loses_accuracy_and_only_one_node_restores_it(tmp_path):
+    def accuracy_excluding(nodes):
+        out = tmp_path / "mlp.onnx"
+        with quant.quiet():
+            quantizer(nodes)(mlp_preprocessed(), str(out))
+        assert len(float_compute_nodes(onnx.load(out))) == len(nodes)
+        return quant.accuracy(out)
+
+    assert accuracy_excluding([]) < RESTORE_THRESHOLD - 0.01  # the broken calibration really hurts
+    restoring = [name for name in gemm_names() if accuracy_excluding([name]) >= RESTORE_THRESHOLD]
+    assert restoring == ["node_matmul/MatMulAddFusion"]
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (lambda: quantizer(nodes=["node_matmul_2/MatMulAddFusion"]), "below 97%"),  # the last layer: not the culprit
+        (lambda: quantizer(nodes=gemm_names()[:2]), "exclude a single node"),  # two layers in FP32
+        (lambda: quantizer(nodes=[]), "every layer is quantized"),
+        (lambda: quantizer(method=CalibrationMethod.MinMax), "Percentile calibration"),  # fixes calibration instead
+        (lambda: quantizer(reduce_range=False), "reduce_range=True"),
+        (lambda: shutil.copy, "no QuantizeLinear"),  # no quantization at all
+        (lambda: lambda src, dst: None, "wrote nothing"),
+        (lambda: "node_matmul/MatMulAddFusion", "your function"),  # the old answer: a node name
+    ],
+)
+def test_q2_rejects_typical_wrong_answers(wrong, reason):
+    outcome = q2.evaluate(wrong())
+    assert outcome.status == INCORRECT
+    assert reason in outcome.message, outcome.message
+
+
+# ------------------------------------------------------------------ exercise 3
+
+
+def test_q3_rejects_common_mistakes():
+    assert "16-bit scale" in q3.evaluate(6.5).message  # 4 bits only
+    assert "GiB" in q3.evaluate(13e9 * 4.5 / 8 / 2**30).message
+    assert q3.evaluate(26.0).status == INCORRECT  # FP16
+    assert q3.evaluate("7.3").status == INCORRECT
+    assert q3.evaluate(7.31).status == CORRECT

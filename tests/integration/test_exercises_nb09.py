@@ -1,0 +1,123 @@
+"""Notebook 09's exercises: each reference solution passes, typical wrong answers fail, ____ is not attempted."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from labsupport.exercises import CORRECT, INCORRECT
+from labsupport.exercises.nb09 import EXERCISES, q1, q2, q3
+from labsupport.models.contract import IR_VERSION
+from labsupport.models.digits_cnn import ensure_digits_cnn
+from labsupport.topics import edge
+
+
+def test_three_exercises_numbered_in_order():
+    assert [q.number for q in EXERCISES] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (["CPUExecutionProvider", "NnapiExecutionProvider"], "end the list with CPUExecutionProvider"),
+        (["CoreMLExecutionProvider", "CPUExecutionProvider"], "only on Apple devices"),
+        (["CUDAExecutionProvider", "CPUExecutionProvider"], "no CUDA"),
+        (["CPUExecutionProvider"], "accelerated Android provider"),
+        (["NNAPI", "CPU"], "not an ONNX Runtime provider name"),
+        ("NnapiExecutionProvider,CPUExecutionProvider", "expected a list"),
+        (["NnapiExecutionProvider", "OpenVINOExecutionProvider", "CPUExecutionProvider"], "not Android providers"),
+    ],
+)
+def test_q1_rejects_wrong_provider_lists(answer, reason):
+    outcome = q1.evaluate(answer)
+    assert outcome.status == INCORRECT and reason in outcome.message
+
+
+def test_q1_accepts_xnnpack_only():
+    assert q1.evaluate(["XnnpackExecutionProvider", "CPUExecutionProvider"]).status == CORRECT
+
+
+def test_q2_rejects_onnx_files_missing_files_and_other_models(tmp_path):
+    model = ensure_digits_cnn()
+    outcome = q2.evaluate(model)
+    assert outcome.status == INCORRECT and "not an ORT-format model" in outcome.message
+    renamed = tmp_path / "digits_cnn.ort"
+    shutil.copy(model, renamed)  # an .onnx file renamed to .ort is still protobuf
+    assert q2.evaluate(renamed).status == INCORRECT
+    outcome = q2.evaluate(tmp_path / "nothing.ort")
+    assert outcome.status == INCORRECT and "does not exist" in outcome.message
+    assert q2.evaluate(42).status == INCORRECT
+
+
+def test_q2_rejects_a_different_model(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    # same interface, but it always answers class 0: an .ort file of the wrong model
+    graph = helper.make_graph(
+        [
+            helper.make_node("Flatten", ["image"], ["flat"]),
+            helper.make_node("MatMul", ["flat", "w"], ["logits"]),
+        ],
+        "constant",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [64, 10], [1.0 if j == 0 else 0.0 for _ in range(64) for j in range(10)])],
+    )
+    wrong = tmp_path / "wrong.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION), wrong)
+    converted = edge.convert_to_ort(wrong, tmp_path / "out")
+    outcome = q2.evaluate(converted.ort_path)
+    assert outcome.status == INCORRECT and "agrees with the course CNN on only" in outcome.message
+
+
+def _reader_without_comment_skipping(path):
+    result = {}
+    for line in Path(path).read_text().splitlines():
+        domain, _, ops = [*line.split(";"), "", ""][:3]
+        result.setdefault(domain, set()).update(ops.split(","))
+    return result
+
+
+def _reader_overwriting_domains(path):
+    result = {}
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        domain, _, ops = line.split(";")
+        result[domain] = set(ops.split(","))
+    return result
+
+
+def _reader_without_splitting_ops(path):
+    result = {}
+    for line in Path(path).read_text().splitlines():
+        if not line.startswith("#"):
+            domain, _, ops = line.split(";")
+            result.setdefault(domain, set()).add(ops)
+    return result
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (_reader_without_comment_skipping, "comments"),
+        (_reader_overwriting_domains, "missing"),
+        (_reader_without_splitting_ops, "comma-separated"),
+        (lambda path: Path(path).read_text(), "must return a dict"),
+        ("ai.onnx;13;Gemm", "expected a function"),
+    ],
+)
+def test_q3_rejects_wrong_readers(answer, reason):
+    outcome = q3.evaluate(answer)
+    assert outcome.status == INCORRECT and reason in outcome.message
+
+
+def test_q3_solution_reads_the_real_config(tmp_path):
+    source = tmp_path / "digits_cnn.onnx"
+    shutil.copy(ensure_digits_cnn(), source)
+    converted = edge.convert_to_ort(source, tmp_path / "out")
+    operators = q3.reference_answer()(converted.config_path)
+    assert {"Gemm", "MaxPool"} <= operators["ai.onnx"]

@@ -1,0 +1,495 @@
+"""The inference service of deploy/service (notebook 08), started for real and called over HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+
+import httpx
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from labsupport.course.compare import compare, softmax
+from labsupport.course.data import load_digits
+from labsupport.models.contract import IR_VERSION, OPSET
+from labsupport.models.digits_cnn import ensure_digits_cnn
+from labsupport.models.heavy_classifier import write_heavy_classifier
+from labsupport.topics import serving
+from onnx_service import config as svc_config
+from onnx_service import metrics as svc_metrics
+from onnx_service import model as svc_model
+from onnx_service import validation as svc_validation
+from onnx_service.app import create_app
+
+MAX_BATCH = 64
+MAX_BODY = 200_000
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    return ensure_digits_cnn()
+
+
+@pytest.fixture(scope="module")
+def test_split():
+    return load_digits().test
+
+
+@pytest.fixture(scope="module")
+def reference(model_path, test_split):
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    return session.run(None, {"image": test_split.images})[0]
+
+
+@pytest.fixture(scope="module")
+def service(model_path):
+    svc = serving.start(model_path, max_batch=MAX_BATCH, max_body_bytes=MAX_BODY)
+    yield svc
+    assert svc.stop() == 0, svc.log_text()[-2000:]
+    assert "Shutting down" in svc.log_text()
+
+
+@pytest.fixture(scope="module")
+def client(service):
+    with httpx.Client(base_url=service.url, timeout=30.0) as http:
+        yield http
+
+
+def _predict_all(client, images, batch=60):
+    predictions, probabilities = [], []
+    for start in range(0, len(images), batch):
+        response = client.post("/predict", json=serving.payload(images[start : start + batch]))
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["batch_size"] == len(images[start : start + batch])
+        predictions += body["predictions"]
+        probabilities += body["probabilities"]
+    return np.array(predictions), np.array(probabilities)
+
+
+# ---------------------------------------------------------------- happy path
+
+
+def test_predictions_match_in_process_onnxruntime_on_the_test_set(client, test_split, reference):
+    predictions, probabilities = _predict_all(client, test_split.images)
+    assert predictions.tolist() == reference.argmax(axis=1).tolist()
+    report = compare(softmax(reference), probabilities, atol=1e-5, rtol=1e-3, name="service vs ORT")
+    assert report.passed
+    assert np.mean(predictions == test_split.labels) > 0.9
+
+
+def test_one_example_without_batch_dimension(client, test_split, reference):
+    response = client.post("/predict", json={"inputs": test_split.images[7].tolist()})
+    assert response.status_code == 200
+    assert response.json()["predictions"] == [int(reference[7].argmax())]
+    assert response.json()["batch_size"] == 1
+
+
+def test_health_and_ready_describe_the_model(client, model_path):
+    assert client.get("/health").json() == {"status": "ok"}
+    ready = client.get("/ready").json()
+    assert ready["ready"] is True and ready["max_batch"] == MAX_BATCH and ready["handler"] == "threadpool"
+    described = ready["model"]
+    assert described["name"] == "digits_cnn" and described["file"] == "digits_cnn.onnx"
+    assert described["sha256"] == svc_model.sha256_file(model_path)
+    assert described["opset"] >= 17
+    assert described["inputs"] == [{"name": "image", "type": "tensor(float)", "shape": ["batch", 1, 8, 8]}]
+    assert described["outputs"][0]["shape"][1] == 10
+
+
+def test_openapi_documents_predict(client):
+    spec = client.get("/openapi.json").json()
+    assert {"/predict", "/health", "/ready", "/metrics"} <= set(spec["paths"])
+    body = spec["paths"]["/predict"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["required"] == ["inputs"]
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+# ---------------------------------------------------------------- bad input
+
+GOOD = np.zeros((1, 8, 8)).tolist()
+BAD_REQUESTS = [
+    # (case, request kwargs, status, error code, regex the message must contain)
+    ("wrong shape", {"json": {"inputs": [[0.0] * 64]}}, 422, "wrong_shape", r"shape \[1, 64\].*expected.*\[1, 8, 8\]"),
+    ("wrong inner shape", {"json": {"inputs": [np.zeros((1, 8, 7)).tolist()]}}, 422, "wrong_shape", r"\[1, 8, 7\].*expected \[1, 8, 8\]"),
+    ("ragged rows", {"json": {"inputs": [[[0.0] * 8] * 7 + [[0.0] * 3]]}}, 422, "wrong_shape", r"different lengths"),
+    ("text values", {"json": {"inputs": [[["a"] * 8] * 8]}}, 422, "wrong_type", r"contains text.*numbers"),
+    ("null values", {"json": {"inputs": [[[None] * 8] * 8]}}, 422, "wrong_type", r"null.*numbers"),
+    ("booleans", {"json": {"inputs": [[[True] * 8] * 8]}}, 422, "wrong_type", r"true/false"),
+    (
+        "NaN",
+        {"content": b'{"inputs": [[[NaN, 0, 0, 0, 0, 0, 0, 0]' + b", [0, 0, 0, 0, 0, 0, 0, 0]" * 7 + b"]]}"},
+        422,
+        "not_finite",
+        r"NaN.*finite",
+    ),
+    ("Infinity", {"content": json.dumps({"inputs": GOOD}).replace("0.0", "Infinity", 1).encode()}, 422, "not_finite", r"Infinity.*finite"),
+    (
+        "float32 overflow",
+        {"json": {"inputs": [[[1e300] + [0.0] * 7] + [[0.0] * 8] * 7]}},
+        422,
+        "not_finite",
+        r"inputs\[0\]\[0\]\[0\] is not a finite float32",
+    ),
+    ("empty batch", {"json": {"inputs": []}}, 422, "empty_batch", r"empty.*at least one example"),
+    (
+        "batch too large",
+        {"json": {"inputs": [GOOD] * (MAX_BATCH + 1)}},
+        422,
+        "batch_too_large",
+        rf"{MAX_BATCH + 1} examples exceeds the maximum of {MAX_BATCH}",
+    ),
+    ("missing field", {"json": {"images": [GOOD]}}, 422, "missing_field", r"missing field 'inputs'.*'images'"),
+    ("not an object", {"json": [GOOD]}, 422, "wrong_type", r"expected a JSON object"),
+    (
+        "non-JSON body",
+        {"content": b"inputs=1,2,3", "headers": {"content-type": "application/json"}},
+        400,
+        "invalid_json",
+        r"not valid JSON",
+    ),
+    ("empty body", {"content": b"", "headers": {"content-type": "application/json"}}, 400, "invalid_json", r"body is empty"),
+    (
+        "oversized body",
+        {"content": b"[" + b"0," * MAX_BODY + b"0]", "headers": {"content-type": "application/json"}},
+        413,
+        "body_too_large",
+        rf"maximum is {MAX_BODY} bytes",
+    ),
+    (
+        "wrong content type",
+        {"content": b"{}", "headers": {"content-type": "text/plain"}},
+        415,
+        "unsupported_media_type",
+        r"application/json.*text/plain",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "request_kwargs", "status", "code", "message"), BAD_REQUESTS, ids=[row[0] for row in BAD_REQUESTS])
+def test_bad_input_gets_a_4xx_that_says_what_was_expected(client, case, request_kwargs, status, code, message):
+    kwargs = dict(request_kwargs)
+    if "content" in kwargs:
+        kwargs.setdefault("headers", {"content-type": "application/json"})
+    response = client.post("/predict", **kwargs)
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["error"] == code
+    assert re.search(message, body["detail"]), body["detail"]
+
+
+def test_server_still_correct_after_every_bad_input(client, service, test_split, reference):
+    for _case, kwargs, status, _code, _message in BAD_REQUESTS:
+        kwargs = dict(kwargs)
+        if "content" in kwargs:
+            kwargs.setdefault("headers", {"content-type": "application/json"})
+        assert client.post("/predict", **kwargs).status_code == status
+    assert service.running
+    predictions, _ = _predict_all(client, test_split.images[:120])
+    assert predictions.tolist() == reference[:120].argmax(axis=1).tolist()
+    # no request so far produced a server error
+    samples = serving.parse_metrics(client.get("/metrics").text)
+    statuses = {dict(labels)["status"] for (name, labels) in samples if name == "onnx_service_requests_total"}
+    assert not any(status.startswith("5") for status in statuses)
+
+
+def test_oversized_chunked_body_without_content_length_is_cut_off(client):
+    def chunks():
+        yield b'{"inputs": ['
+        for _ in range(MAX_BODY // 1000 + 10):
+            yield b"0," * 500
+
+    response = client.post("/predict", content=chunks(), headers={"content-type": "application/json"})
+    assert "content-length" not in response.request.headers
+    assert response.status_code == 413 and response.json()["error"] == "body_too_large"
+    assert f"exceeds the maximum of {MAX_BODY} bytes" in response.json()["detail"]
+
+
+def test_unknown_route_and_wrong_method(client):
+    assert client.get("/nothing-here").status_code == 404
+    assert client.get("/predict").status_code == 405
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_metrics_count_requests_by_status_and_batch_sizes(client, test_split):
+    before = serving.parse_metrics(client.get("/metrics").text)
+    key_ok = ("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "200")))
+    key_bad = ("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "422")))
+    batch_count = ("onnx_service_batch_size_count", ())
+    client.post("/predict", json=serving.payload(test_split.images[:5]))
+    client.post("/predict", json=serving.payload(test_split.images[:1]))
+    client.post("/predict", json={"inputs": []})
+    response = client.get("/metrics")
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    after = serving.parse_metrics(response.text)
+    assert after[key_ok] - before.get(key_ok, 0) == 2
+    assert after[key_bad] - before.get(key_bad, 0) == 1
+    assert after[batch_count] - before.get(batch_count, 0) == 2
+    assert (
+        after[("onnx_service_batch_size_bucket", (("le", "4"),))] - before.get(("onnx_service_batch_size_bucket", (("le", "4"),)), 0) == 1
+    )
+    latency_count = ("onnx_service_request_duration_seconds_count", (("path", "/predict"),))
+    assert after[latency_count] >= after[key_ok]
+    assert after[("onnx_service_request_duration_seconds_bucket", (("le", "+Inf"), ("path", "/predict")))] == after[latency_count]
+    info = [labels for (name, labels) in after if name == "onnx_service_model_info"]
+    assert dict(info[0])["name"] == "digits_cnn"
+    assert after[("onnx_service_requests_in_flight", ())] == 1  # the scrape itself
+
+
+# ---------------------------------------------------------------- start-up failures
+
+
+def test_startup_with_missing_model_exits_non_zero(tmp_path):
+    result = serving.run_to_exit(tmp_path / "missing.onnx")
+    assert result.returncode == 2
+    assert "cannot start: model file not found" in result.stderr and "missing.onnx" in result.stderr
+
+
+def test_startup_with_wrong_sha256_exits_non_zero(model_path):
+    result = serving.run_to_exit(model_path, model_sha256="ab" * 32)
+    assert result.returncode == 2
+    assert "model sha256 mismatch" in result.stderr and "ab" * 32 in result.stderr
+
+
+def test_startup_with_corrupted_model_exits_non_zero(tmp_path, model_path):
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(model_path.read_bytes()[:2000] + b"\xff" * 64)
+    result = serving.run_to_exit(broken)
+    assert result.returncode == 2
+    assert "not a valid ONNX model" in result.stderr or "cannot load" in result.stderr
+
+
+def test_startup_with_invalid_setting_exits_non_zero(model_path):
+    result = serving.run_to_exit(model_path, max_batch="lots")
+    assert result.returncode == 2
+    assert "ONNX_SERVICE_MAX_BATCH='lots': expected a whole number" in result.stderr
+
+
+def test_startup_on_a_port_in_use_exits_non_zero(model_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = serving.run_to_exit(model_path, port=port)
+    assert result.returncode == 2
+    assert f"cannot start: cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_the_service_prints_the_port_it_bound(service):
+    assert service.port > 0 and f"onnx_service: listening on http://127.0.0.1:{service.port}" in service.log_text()
+
+
+def test_start_raises_with_the_service_message(tmp_path):
+    with pytest.raises(serving.ServiceError, match="model file not found"):
+        serving.start(tmp_path / "nope.onnx", ready_timeout=60)
+
+
+# ---------------------------------------------------------------- in-process: errors, other classifiers
+
+
+class _InProcess:
+    """Calls an ASGI app in-process through httpx.ASGITransport (no socket), synchronously."""
+
+    def __init__(self, app):
+        import asyncio
+
+        self._loop = asyncio.new_event_loop()
+        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://in-process")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._loop.run_until_complete(self._client.aclose())
+        self._loop.close()
+
+    def get(self, url, **kwargs):
+        return self._loop.run_until_complete(self._client.get(url, **kwargs))
+
+    def post(self, url, **kwargs):
+        return self._loop.run_until_complete(self._client.post(url, **kwargs))
+
+
+class _ExplodingSession:
+    def run(self, *args, **kwargs):
+        raise RuntimeError("secret internal detail /srv/private/path")
+
+
+def test_unexpected_error_is_a_bare_500_and_the_app_keeps_serving(model_path, caplog):
+    loaded = svc_model.load_model(model_path)
+    real_session = loaded.session
+    loaded.session = _ExplodingSession()
+    app = create_app(svc_config.Settings(model=str(model_path)), loaded)
+    with _InProcess(app) as http:
+        response = http.post("/predict", json={"inputs": GOOD})
+        assert response.status_code == 500
+        assert response.json() == {"error": "internal", "detail": "internal server error; the incident was logged"}
+        assert "secret" not in response.text
+        assert "secret internal detail" in caplog.text  # logged for the operator
+        loaded.session = real_session
+        assert http.post("/predict", json={"inputs": GOOD}).status_code == 200
+        metrics = serving.parse_metrics(http.get("/metrics").text)
+    assert metrics[("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "500")))] == 1
+
+
+def test_any_classifier_scikit_learn_with_label_and_probability_outputs(tmp_path):
+    from skl2onnx import to_onnx
+    from sklearn.linear_model import LogisticRegression
+
+    digits = load_digits()
+    classifier = LogisticRegression(max_iter=300).fit(digits.train.flat, digits.train.labels)
+    onx = to_onnx(classifier, digits.train.flat[:1], options={id(classifier): {"zipmap": False}}, target_opset=18)
+    path = tmp_path / "logreg.onnx"
+    path.write_bytes(onx.SerializeToString())
+    loaded = svc_model.load_model(path)
+    assert loaded.label_output == "label" and loaded.score_output == "probabilities"
+    app = create_app(svc_config.Settings(model=str(path), max_batch=100), loaded)
+    with _InProcess(app) as http:
+        ok = http.post("/predict", json={"inputs": digits.test.flat[:100].tolist()})
+        assert ok.status_code == 200
+        assert ok.json()["predictions"] == classifier.predict(digits.test.flat[:100]).tolist()
+        np.testing.assert_allclose(ok.json()["probabilities"], classifier.predict_proba(digits.test.flat[:100]), atol=1e-4)
+        wrong = http.post("/predict", json={"inputs": digits.test.images[:2].tolist()})
+        assert wrong.status_code == 422 and "expected one example of shape [64]" in wrong.json()["detail"]
+
+
+def test_model_with_two_inputs_is_refused(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])],
+        "two_inputs",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n", 3]) for name in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+    )
+    path = tmp_path / "two.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION), path)
+    with pytest.raises(svc_model.ModelError, match=r"exactly one input; two\.onnx has 2: a, b"):
+        svc_model.load_model(path)
+
+
+# ---------------------------------------------------------------- units: config, validation, metrics, serve helpers
+
+
+def test_settings_from_env_defaults_and_errors():
+    settings = svc_config.Settings.from_env({})
+    assert (settings.host, settings.port, settings.max_batch, settings.handler) == ("127.0.0.1", 8080, 64, "threadpool")
+    assert svc_config.Settings.from_env({"ONNX_SERVICE_WORKERS": "2", "ONNX_SERVICE_ACCESS_LOG": "yes"}, port=9).workers == 2
+    with pytest.raises(svc_config.ConfigError, match="ONNX_SERVICE_HANDLER='fast': expected threadpool or naive"):
+        svc_config.Settings.from_env({"ONNX_SERVICE_HANDLER": "fast"})
+    with pytest.raises(svc_config.ConfigError, match="64 hexadecimal digits"):
+        svc_config.Settings.from_env({"ONNX_SERVICE_MODEL_SHA256": "abc"})
+    with pytest.raises(svc_config.ConfigError, match="ONNX_SERVICE_ACCESS_LOG='maybe'"):
+        svc_config.Settings.from_env({"ONNX_SERVICE_ACCESS_LOG": "maybe"})
+    round_trip = svc_config.Settings.from_env(svc_config.Settings(port=1234, access_log=True).to_env())
+    assert round_trip.port == 1234 and round_trip.access_log is True
+
+
+def test_validation_returns_the_models_dtype_and_flags_single_examples():
+    contract = svc_model.InputContract("image", np.dtype(np.float32), (1, 8, 8), 4)
+    batch, single = svc_validation.to_batch({"inputs": GOOD}, contract)
+    assert single and batch.shape == (1, 1, 8, 8) and batch.dtype == np.float32
+    batch, single = svc_validation.to_batch({"inputs": [GOOD, GOOD]}, contract)
+    assert not single and batch.shape == (2, 1, 8, 8)
+    integer = svc_model.InputContract("ids", np.dtype(np.int64), (None,), 4)
+    assert svc_validation.to_batch({"inputs": [[1, 2, 3]]}, integer)[0].dtype == np.int64
+    with pytest.raises(svc_validation.RequestError, match="fractional numbers"):
+        svc_validation.to_batch({"inputs": [[1.5]]}, integer)
+    with pytest.raises(svc_validation.RequestError, match="dimension 0 should be at least 1"):
+        svc_validation.to_batch({"inputs": [[]]}, integer)
+
+
+def test_metrics_render_is_valid_prometheus_text():
+    metrics = svc_metrics.Metrics(max_batch=8, model_info={"name": 'a"b'})
+    metrics.request_started()
+    metrics.request_finished("POST", "/predict", 200, 0.003)
+    metrics.observe_inference(3, 0.001)
+    samples = serving.parse_metrics(metrics.render())
+    assert samples[("onnx_service_batch_size_bucket", (("le", "2"),))] == 0
+    assert samples[("onnx_service_batch_size_bucket", (("le", "4"),))] == 1
+    assert samples[("onnx_service_request_duration_seconds_bucket", (("le", "0.0025"), ("path", "/predict")))] == 0
+    assert samples[("onnx_service_request_duration_seconds_bucket", (("le", "0.005"), ("path", "/predict")))] == 1
+    assert math.isclose(samples[("onnx_service_request_duration_seconds_sum", (("path", "/predict"),))], 0.003)
+    assert 'name="a\\"b"' in metrics.render()
+
+
+def test_serve_helpers_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="only calls services on this machine"):
+        serving.load_test("http://example.com:80", [{}], concurrency=1, requests=1)
+    with pytest.raises(ValueError, match="concurrency must be between 1 and 64"):
+        serving.load_test("http://127.0.0.1:9", [{}], concurrency=0, requests=1)
+    with pytest.raises(ValueError, match="requests must be between 1 and 50000"):
+        serving.load_test("http://127.0.0.1:9", [{}], concurrency=1, requests=10**6)
+    with pytest.raises(ValueError, match="one entry per body"):
+        serving.load_test("http://127.0.0.1:9", [{}], concurrency=1, requests=1, expected=[])
+    with pytest.raises(ValueError, match="workers must be between 1 and 8"):
+        serving.start("x.onnx", workers=0)
+    with pytest.raises(ValueError, match="not a Prometheus sample line"):
+        serving.parse_metrics("this is not a metric line at all {")
+    assert serving.payload(np.zeros((2, 1, 8, 8), dtype=np.float32))["inputs"][1][0][7] == [0.0] * 8
+
+
+def test_service_env_sets_loopback_and_settings(tmp_path):
+    env = serving.service_env(tmp_path / "m.onnx", 1234, max_batch=8, access_log=True, threads=None)
+    assert env["ONNX_SERVICE_HOST"] == "127.0.0.1" and env["ONNX_SERVICE_PORT"] == "1234"
+    assert env["ONNX_SERVICE_MODEL"] == str((tmp_path / "m.onnx").resolve())
+    assert env["ONNX_SERVICE_MAX_BATCH"] == "8" and env["ONNX_SERVICE_ACCESS_LOG"] == "1"
+    assert "ONNX_SERVICE_THREADS" not in env
+
+
+def test_load_test_counts_connection_errors():
+    with socket.socket() as bound_only:  # bound but not listening: every connection is refused
+        bound_only.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{bound_only.getsockname()[1]}"
+        result = serving.load_test(url, [{"inputs": GOOD}], concurrency=2, requests=4, timeout=10)
+    assert result.requests == 4 and result.errors == 4 and result.ok == 0
+    assert result.statuses == {0: 4} and "ConnectError" in result.first_error
+    row = result.row(variant="nothing listening")
+    assert row["variant"] == "nothing listening" and row["errors"] == 4 and "health_p50_ms" not in row
+
+
+def test_load_test_checks_every_answer_and_reports_the_probe(service, test_split, reference):
+    bodies = [serving.payload(test_split.images[i : i + 1]) for i in range(4)]
+    truth = [[int(reference[i].argmax())] for i in range(4)]
+    good = serving.load_test(service.url, bodies, concurrency=3, requests=30, expected=truth, probe="/health")
+    assert (good.requests, good.ok, good.errors, good.wrong, good.statuses) == (30, 30, 0, 0, {200: 30}), good.first_error
+    assert good.probe_count >= 1 and good.probe_p99_ms >= good.probe_p50_ms
+    misread = serving.load_test(service.url, bodies, concurrency=2, requests=8, expected=[[(t[0] + 1) % 10] for t in truth])
+    assert (misread.ok, misread.wrong, misread.errors) == (0, 8, 0) and misread.first_error.startswith("wrong predictions for body")
+
+
+def test_load_test_counts_4xx_and_keeps_serving_on_the_same_connections(service):
+    too_big = {"inputs": np.zeros((MAX_BODY // 200, 1, 8, 8)).tolist()}  # over max_body_bytes: 413
+    for bad, status in (({"inputs": [[0.0] * 64]}, 422), (too_big, 413)):
+        result = serving.load_test(service.url, [{"inputs": GOOD}, bad], concurrency=2, requests=20)
+        assert result.statuses == {200: 10, status: 10} and result.errors == 10, result.statuses
+        assert result.first_error.startswith(f"HTTP {status}: ")
+
+
+def test_measure_batching_needs_a_batching_service(service, model_path):
+    from labsupport.bench import service as service_bench
+
+    with pytest.raises(ValueError, match="batching=True"):
+        service_bench.measure_batching(service, service, model_path)
+
+
+def test_heavy_classifier_is_a_servable_stand_in(tmp_path):
+    path = write_heavy_classifier(tmp_path / "heavy.onnx", hidden=64, layers=3)
+    loaded = svc_model.load_model(path)
+    assert loaded.input.shape == ("batch", 1, 8, 8) and loaded.score_output == "logits" and loaded.opset == OPSET
+    images = load_digits().test.images[:5]
+    logits = loaded.session.run(None, {"image": images})[0]
+    assert logits.shape == (5, 10) and np.isfinite(logits).all()
+    again = ort.InferenceSession(
+        str(write_heavy_classifier(tmp_path / "again.onnx", hidden=64, layers=3)), providers=["CPUExecutionProvider"]
+    )
+    np.testing.assert_array_equal(again.run(None, {"image": images})[0], logits)  # seeded: the same model twice
+    with pytest.raises(ValueError, match=r"layers must be 1\.\.64"):
+        write_heavy_classifier(tmp_path / "x.onnx", layers=0)

@@ -1,0 +1,189 @@
+"""Model versions in deploy/service (notebook 13): aliases, a deterministic split, shadow runs, switching under load."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import onnxruntime as ort
+import pytest
+from fastapi.testclient import TestClient
+
+from labsupport.course.data import load_digits
+from labsupport.models.digits_cnn import ensure_digits_cnn
+from labsupport.models.digits_sklearn import ensure_digits_sklearn
+from labsupport.models.heavy_classifier import write_heavy_classifier
+from labsupport.topics import serving
+from onnx_service import routing
+from onnx_service.app import create_app
+from onnx_service.config import Settings
+
+TOKEN = "test-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("versions")
+    other = write_heavy_classifier(folder / "other.onnx", hidden=64, layers=2)  # same input as the CNN, other answers
+    return {"1": str(ensure_digits_cnn()), "2": str(other)}
+
+
+@pytest.fixture(scope="module")
+def images():
+    return load_digits().test.images
+
+
+def _document(versions, champion="1", challenger="2", percent=0, shadow=None):
+    return {
+        "versions": versions,
+        "aliases": {"champion": champion, "challenger": challenger},
+        "challenger_percent": percent,
+        "shadow": shadow,
+    }
+
+
+def _shadow_counts(client) -> dict[str, float]:
+    samples = serving.parse_metrics(client.get("/metrics").text)
+    key = "onnx_service_shadow_examples_total"
+    return {
+        outcome: samples.get((key, (("outcome", outcome), ("version", "2"))), 0) for outcome in ("agree", "disagree", "skipped", "failed")
+    }
+
+
+def _wait_for_shadow(client, examples: int, timeout: float = 30.0) -> dict[str, float]:
+    """The shadow counters once they account for ``examples`` (shadow runs finish in the background)."""
+    deadline = time.monotonic() + timeout
+    counted = _shadow_counts(client)
+    while sum(counted.values()) < examples and time.monotonic() < deadline:
+        time.sleep(0.01)
+        counted = _shadow_counts(client)
+    return counted
+
+
+def _predict(session, images):
+    return session.run(None, {"image": images})[0].argmax(axis=1).tolist()
+
+
+def test_buckets_are_stable_and_spread():
+    assert routing.bucket("user-42") == routing.bucket("user-42")
+    buckets = [routing.bucket(f"user-{i}") for i in range(10_000)]
+    assert min(buckets) >= 0 and max(buckets) <= 99
+    share = sum(b < 10 for b in buckets) / len(buckets)
+    assert 0.08 < share < 0.12  # 10% of keys to the challenger
+
+
+def test_split_by_request_key_and_shadow_counts(tmp_path, versions, images):
+    routing_file = tmp_path / "routing.json"
+    routing_file.write_text(json.dumps(_document(versions, percent=30, shadow="2")))
+    sessions = {name: ort.InferenceSession(path, providers=["CPUExecutionProvider"]) for name, path in versions.items()}
+    with TestClient(create_app(Settings(model=versions["1"], routing=str(routing_file)))) as client:
+        served, champion_examples = {}, 0
+        for i in range(60):
+            key = f"user-{i}"
+            response = client.post("/predict", json=serving.payload(images[i : i + 2]), headers={"x-request-key": key})
+            body = response.json()
+            want = "2" if routing.bucket(key) < 30 else "1"
+            assert (body["version"], body["alias"]) == (want, "challenger" if want == "2" else "champion")
+            assert response.headers["x-model-version"] == want
+            assert body["predictions"] == _predict(sessions[want], images[i : i + 2])
+            served[key] = want
+            champion_examples += 2 if want == "1" else 0
+        again = client.post("/predict", json=serving.payload(images[:1]), headers={"x-request-key": "user-7"}).json()
+        assert again["version"] == served["user-7"]  # the same key, the same version
+        assert client.post("/predict", json=serving.payload(images[:1])).json()["version"] == "1"  # no key: champion
+        champion_examples += 1 + (again["version"] == "1")
+        counted = _wait_for_shadow(client, champion_examples)
+        samples = serving.parse_metrics(client.get("/metrics").text)
+    champion_requests = sum(v == "1" for v in served.values()) + 1 + (served["user-7"] == "1")
+    assert counted["failed"] == 0
+    assert counted["agree"] + counted["disagree"] + counted["skipped"] == champion_examples  # every example the champion served
+    assert counted["agree"] + counted["disagree"] > 0
+    assert samples[("onnx_service_version_requests_total", (("alias", "champion"), ("version", "1")))] == champion_requests
+
+
+def test_admin_api_needs_a_token_and_refuses_bad_documents(versions):
+    sklearn_model = str(ensure_digits_sklearn())
+    with TestClient(create_app(Settings(model=versions["1"]))) as closed:
+        assert closed.put("/admin/routing", json=_document(versions)).status_code == 403
+    with TestClient(create_app(Settings(model=versions["1"], admin_token=TOKEN))) as client:
+        assert client.get("/admin/routing").status_code == 401
+        assert client.put("/admin/routing", json=_document(versions), headers={"authorization": "Bearer wrong"}).status_code == 401
+        cases = [
+            ({"versions": versions}, "name the champion"),
+            (_document(versions, champion="9"), "point at listed versions"),
+            (_document(versions, percent=101), "0-100"),
+            (_document(versions, shadow="7"), '"shadow" must be one of'),
+            (
+                _document({**versions, "3": sklearn_model}, champion="3"),
+                "version 3 takes \\[64\\] float32; the service takes \\[1, 8, 8\\]",
+            ),
+            (_document({**versions, "2": "missing.onnx"}), "model file not found"),
+        ]
+        for document, message in cases:
+            response = client.put("/admin/routing", json=document, headers=AUTH)
+            assert response.status_code == 422, document
+            assert re.search(message, response.json()["detail"]), response.json()["detail"]
+        assert client.get("/admin/routing", headers=AUTH).json()["aliases"] == {"champion": Path(versions["1"]).stem}
+
+
+def _served_by_version(client) -> dict[str, float]:
+    samples = serving.parse_metrics(client.get("/metrics").text)
+    served: dict[str, float] = {}
+    for (name, labels), value in samples.items():
+        if name == "onnx_service_version_requests_total":
+            served[dict(labels)["version"]] = served.get(dict(labels)["version"], 0) + value
+    return served
+
+
+def _wait_for_more_answers(client, than: float, timeout: float = 60.0) -> float:
+    """Wait until the service has answered more than ``than`` /predict requests; returns the count."""
+    deadline = time.monotonic() + timeout
+    while (answered := sum(_served_by_version(client).values())) <= than:
+        assert time.monotonic() < deadline, f"no requests answered for {timeout:.0f} s"
+        time.sleep(0.01)
+    return answered
+
+
+CONCURRENCY = 8
+
+
+@pytest.mark.slow
+def test_promote_and_roll_back_under_load_without_a_failed_request(versions, images):
+    bodies = [serving.payload(images[i : i + 1]) for i in range(16)]
+    results: list[serving.LoadResult] = []
+    stop = threading.Event()
+
+    def load() -> None:  # rounds of load until every switch is done
+        while not stop.is_set():
+            results.append(serving.load_test(service.url, bodies, concurrency=CONCURRENCY, requests=100, timeout=60))
+
+    with (
+        serving.start(versions["1"], admin_token=TOKEN) as service,
+        httpx.Client(base_url=service.url, timeout=30.0, headers=AUTH) as admin,
+    ):
+        assert admin.put("/admin/routing", json=_document(versions)).status_code == 200
+        loader = threading.Thread(target=load, daemon=True)
+        loader.start()
+        try:
+            answered = 0.0
+            for switch in range(6):  # promote 2, roll back to 1, again and again, each while requests flow
+                # more answers than requests in flight: some were routed after the last switch
+                answered = _wait_for_more_answers(admin, answered + CONCURRENCY)
+                champion, challenger = ("2", "1") if switch % 2 == 0 else ("1", "2")
+                response = admin.put("/admin/routing", json=_document(versions, champion=champion, challenger=challenger))
+                assert response.status_code == 200, response.text
+                assert response.json()["aliases"]["champion"] == champion
+            _wait_for_more_answers(admin, answered + CONCURRENCY)
+        finally:
+            stop.set()
+            loader.join(150)
+        served = _served_by_version(admin)
+    assert not loader.is_alive() and results
+    assert all(r.errors == 0 and r.wrong == 0 and set(r.statuses) == {200} for r in results), [r.first_error for r in results]
+    assert served.get("1", 0) > 0 and served.get("2", 0) > 0  # both versions answered during the test
+    assert service.process.returncode == 0

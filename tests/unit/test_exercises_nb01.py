@@ -1,0 +1,135 @@
+"""Notebook 01's exercises: each reference solution passes, typical wrong answers fail."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from labsupport.exercises import CORRECT, INCORRECT, nb01
+from labsupport.exercises.nb01 import Q1_WEIGHT, broken_model, mlp, mystery_model, q1, q2, q3
+from labsupport.models.contract import IR_VERSION, OPSET
+
+
+def _q1_model(*, softmax: bool = True, batch: object = "batch", weight: np.ndarray = Q1_WEIGHT, axis: int = -1):
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["logits" if softmax else "probs"])]
+    if softmax:
+        nodes.append(helper.make_node("Softmax", ["logits"], ["probs"], axis=axis))
+    graph = helper.make_graph(
+        nodes,
+        "q1",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 6])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch, 4])],
+        [numpy_helper.from_array(weight, "W")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def test_every_exercise_is_listed():
+    assert [q1, q2, q3] == nb01.EXERCISES
+
+
+def test_q1_accepts_any_symbolic_batch_name():
+    assert q1.evaluate(_q1_model(batch="N")).status == CORRECT
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (lambda: _q1_model(softmax=False), "Softmax node is missing"),
+        (lambda: _q1_model(batch=1), "batch dimension of 'x' is fixed to 1"),
+        (lambda: _q1_model(weight=np.ones_like(Q1_WEIGHT)), "not softmax"),
+        (lambda: _q1_model(axis=0), "not softmax"),
+        (lambda: "model.onnx", "expected the softmax"),
+    ],
+    ids=["no-softmax", "fixed-batch", "wrong-weights", "wrong-axis", "not-a-model"],
+)
+def test_q1_wrong_answers(wrong, reason):
+    outcome = q1.evaluate(wrong())
+    assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
+
+
+def _fixed_attribute_only():
+    model = broken_model()
+    gemm = model.graph.node[0]
+    del gemm.attribute[:]
+    gemm.attribute.append(helper.make_attribute("transB", 1))
+    return model
+
+
+def _no_transpose():
+    model = broken_model()
+    del model.graph.node[0].attribute[:]
+    model.graph.node[1].input[0] = "dense"
+    return model
+
+
+def _relu_dropped():
+    model = broken_model()
+    gemm = model.graph.node[0]
+    del gemm.attribute[:]
+    gemm.attribute.append(helper.make_attribute("transB", 1))
+    gemm.output[0] = "y"
+    del model.graph.node[1]
+    return model
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (broken_model, "Unrecognized attribute: transb"),
+        (_fixed_attribute_only, "is not output of any previous nodes"),
+        (_no_transpose, "check_model(model, full_check=True) fails"),
+        (_relu_dropped, "without the ReLU"),
+        (lambda: broken_model().graph, "expected the repaired model as an onnx.ModelProto"),
+    ],
+    ids=["unchanged", "edge-still-dangling", "attribute-removed", "relu-dropped", "graph-not-model"],
+)
+def test_q2_wrong_answers(wrong, reason):
+    outcome = q2.evaluate(wrong())
+    assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
+
+
+def test_q2_broken_model_really_fails_the_checker():
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(broken_model(), full_check=True)
+
+
+def test_q3_truth_and_wrong_answers():
+    model = mystery_model()
+    onnx.checker.check_model(model, full_check=True)
+    matmuls = sum(n.op_type == "MatMul" for n in model.graph.node)
+    params = sum(math.prod(t.dims) for t in model.graph.initializer)
+    assert q3.evaluate((matmuls, params)).status == CORRECT
+    assert q3.evaluate([np.int64(matmuls), np.int64(params)]).status == CORRECT
+    wrong = {
+        (len(model.graph.node), params): "number of all nodes",
+        (matmuls + 1, params): "Gemm node is not a MatMul",
+        (matmuls, len(model.graph.initializer)): "number of initializers",
+        (matmuls, params - sum(math.prod(t.dims) for t in model.graph.initializer if "bias" in t.name)): "biases are parameters too",
+        (matmuls, params + 1): "is not the number of parameters",
+        (matmuls, float(params)): "whole number",
+    }
+    for answer, reason in wrong.items():
+        outcome = q3.evaluate(answer)
+        assert outcome.status == INCORRECT and reason in outcome.message, (answer, outcome.message)
+    assert q3.evaluate(matmuls).status == INCORRECT
+
+
+def test_mlp_builds_the_layers_asked_for():
+    model = mlp([8, 6, 4], name="small")
+    onnx.checker.check_model(model, full_check=True)
+    assert [node.op_type for node in model.graph.node] == ["MatMul", "Add", "Relu", "MatMul", "Add", "Softmax"]
+    assert [v.name for v in model.graph.output] == ["probs"] and model.graph.name == "small"
+    assert sum(math.prod(t.dims) for t in model.graph.initializer) == 8 * 6 + 6 + 6 * 4 + 4
+    gemm = mlp([8, 6, 4], gemm_layers={1}, probabilities=False)
+    assert [node.op_type for node in gemm.graph.node] == ["MatMul", "Add", "Relu", "Gemm"]
+    assert [v.name for v in gemm.graph.output] == ["fc1.out"]
+
+
+def test_q3_mystery_model_has_a_gemm_layer_and_no_softmax():
+    ops = [node.op_type for node in mystery_model().graph.node]
+    assert ops.count("Gemm") == 1 and "Softmax" not in ops

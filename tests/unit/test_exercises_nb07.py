@@ -1,0 +1,165 @@
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from labsupport.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, ____
+from labsupport.exercises.nb07 import q1, q2, q3
+from labsupport.models.contract import IR_VERSION, OPSET
+from labsupport.models.conv_bn_relu import conv_bn_relu_model
+from labsupport.onnxutil.optimize import op_counts, optimize_to_file
+
+
+def _model(nodes, initializers=(), dtype=TensorProto.FLOAT, x_shape=("N", 4), y_shape=("N", 4)):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", dtype, list(x_shape))],
+        [helper.make_tensor_value_info("y", dtype, list(y_shape))],
+        list(initializers),
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+ONE = numpy_helper.from_array(np.ones(4, np.float32), "one")
+W = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "W")
+
+
+def _conv_bn_add():
+    """Conv + BatchNormalization + Add of a constant: BASIC fuses them into one Conv, but that is fusion, not folding."""
+    stack = conv_bn_relu_model(blocks=1, channels=4, size=8)
+    weights = [t for t in stack.graph.initializer if t.name.startswith(("conv0", "bn0"))]
+    shift = numpy_helper.from_array(np.full((1, 4, 1, 1), 0.5, np.float32), "shift")
+    nodes = [node for node in stack.graph.node if node.op_type in ("Conv", "BatchNormalization")]
+    nodes.append(helper.make_node("Add", ["bn0", "shift"], ["y"]))
+    return _model(nodes, [*weights, shift], x_shape=("N", 3, 8, 8), y_shape=("N", 4, 8, 8))
+
+
+def _int64_folding():
+    """A correct answer whose input is int64: y = x + 2 * W.T, where 2 * W.T is folded."""
+    weights = numpy_helper.from_array(np.arange(4, dtype=np.int64).reshape(4, 1), "W")
+    two = numpy_helper.from_array(np.array(2, dtype=np.int64), "two")
+    nodes = [
+        helper.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0]),
+        helper.make_node("Mul", ["Wt", "two"], ["c"]),
+        helper.make_node("Add", ["x", "c"], ["y"]),
+    ]
+    return _model(nodes, [weights, two], dtype=TensorProto.INT64)
+
+
+@pytest.mark.parametrize("exercise", [q2, q3])
+def test_a_function_returning_the_placeholder_is_not_attempted(exercise):
+    assert exercise.evaluate(lambda *args: ____).status == NOT_ATTEMPTED
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        _model([helper.make_node("Relu", ["x"], ["y"])]),  # nothing to fold
+        _model(
+            [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Add", ["b", "one"], ["y"])],
+            [ONE],
+        ),  # every node touches the input
+        _model([helper.make_node("Relu", ["x"], ["a"])]),  # invalid: y is never produced
+        "model.onnx",
+        _model(
+            [helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Identity", ["a"], ["b"]), helper.make_node("Relu", ["b"], ["y"])]
+        ),  # an Identity chain: eliminated, not folded
+        _conv_bn_add(),  # Conv+BatchNorm+Add: fused into one Conv, not folded
+        _model(
+            [
+                helper.make_node("Identity", ["W"], ["a"]),
+                helper.make_node("Identity", ["a"], ["b"]),
+                helper.make_node("MatMul", ["x", "b"], ["y"]),
+            ],
+            [numpy_helper.from_array(np.ones((4, 4), np.float32), "W")],
+        ),
+        # constants passed through Identity: one node left, but nothing was computed
+    ],
+)
+def test_q1_rejects_graphs_that_are_not_constant_folding(wrong):
+    assert q1.evaluate(wrong).status == INCORRECT
+
+
+def test_q1_wrong_answers_fold_or_fuse_to_one_node_so_only_the_stricter_checks_reject_them():
+    for model in (
+        _conv_bn_add(),
+        _model(
+            [helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Identity", ["a"], ["b"]), helper.make_node("Relu", ["b"], ["y"])]
+        ),
+    ):
+        with tempfile.TemporaryDirectory() as folder:
+            assert len(onnx.load(optimize_to_file(model, "basic", Path(folder) / "o.onnx")).graph.node) == 1
+
+
+def test_q1_feeds_inputs_of_the_declared_type():
+    outcome = q1.evaluate(_int64_folding())
+    assert outcome.status == CORRECT, outcome.message
+
+
+def _removed_after(model, level):
+    with tempfile.TemporaryDirectory() as folder:
+        return dict(op_counts(optimize_to_file(model, level, Path(folder) / "o.onnx")))
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        _removed_after,  # counts after optimization, not what was removed
+        lambda model, level: {"BatchNormalization": 2},  # ignores the level
+        lambda model, level: ["BatchNormalization"],  # not a dict
+        lambda model, level: {  # hard-coded: the answer the old checker printed for its one model
+            "basic": {"Add": 1, "BatchNormalization": 2, "MatMul": 1},
+            "extended": {"Add": 1, "BatchNormalization": 2, "Conv": 2, "MatMul": 1, "Relu": 2},
+        }[level],
+        lambda model, level: {"Add": 1.5, "BatchNormalization": 2},  # not whole numbers
+    ],
+)
+def test_q2_rejects_wrong_counts(wrong):
+    assert q2.evaluate(wrong).status == INCORRECT
+
+
+def test_q2_messages_say_what_is_wrong_without_giving_the_answer():
+    missing = q2.evaluate(lambda model, level: {})
+    assert missing.status == INCORRECT and "misses" in missing.message
+    assert not any(text in missing.message for text in ("BatchNormalization", "MatMul", "{"))  # no op named, no dict
+    extra = q2.evaluate(lambda model, level: {"Softmax": 1})
+    assert "Softmax" in extra.message and "BatchNormalization" not in extra.message
+
+
+def _saver(level):
+    def save(source, target):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        options.optimized_model_filepath = str(target)
+        ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+        return target
+
+    return save
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (_saver(ort.GraphOptimizationLevel.ORT_ENABLE_BASIC), "no FusedConv"),
+        (lambda source, target: target, "nothing was written"),
+        (lambda source, target: onnx.save(onnx.load(source), target) or target, "no FusedConv"),
+    ],
+)
+def test_q3_rejects_non_portable_or_unoptimized_files(wrong, reason):
+    outcome = q3.evaluate(wrong)
+    assert outcome.status == INCORRECT and reason in outcome.message
+
+
+def test_q3_rejects_a_file_saved_at_all_where_it_holds_layout_ops(tmp_path):
+    source = tmp_path / "model.onnx"
+    onnx.save(conv_bn_relu_model(blocks=2, channels=4, size=8), source)
+    saved = _saver(ort.GraphOptimizationLevel.ORT_ENABLE_ALL)(source, tmp_path / "all.onnx")
+    if not any(op.startswith("com.microsoft.nchwc") for op in op_counts(saved)):
+        pytest.skip("ORT gives this CPU (or this ONNX_LAB_KERNELS variant) no NCHWc layout: a file saved at ALL is portable here")
+    outcome = q3.evaluate(_saver(ort.GraphOptimizationLevel.ORT_ENABLE_ALL))
+    assert outcome.status == INCORRECT and "tied to this CPU" in outcome.message

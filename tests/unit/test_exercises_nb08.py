@@ -1,0 +1,88 @@
+"""Exercises of notebook 08: reference solutions pass, typical wrong answers fail, ____ is not attempted."""
+
+from __future__ import annotations
+
+from labsupport.course.data import load_digits
+from labsupport.exercises import nb08
+from labsupport.exercises.nb08 import q1, q2, q3
+
+
+def test_q1_rejects_typical_wrong_bodies():
+    images = load_digits().test.images
+    cases = {
+        "flattened": ({"inputs": images[:5].reshape(5, 64).tolist()}, "would answer 422.*shape \\[5, 64\\]"),
+        "numpy inside": ({"inputs": images[:5]}, "JSON-serializable"),
+        "one image": ({"inputs": images[0].tolist()}, "batch of 5.*one example"),
+        "wrong field": ({"images": images[:5].tolist()}, "missing field 'inputs'"),
+        "train images": ({"inputs": load_digits().train.images[:5].tolist()}, "does not hold the first 5 test images"),
+    }
+    for name, (body, reason) in cases.items():
+        outcome = q1.evaluate(body)
+        assert outcome.status == "incorrect", name
+        assert __import__("re").search(reason, outcome.message), (name, outcome.message)
+
+
+def test_q2_rejects_blocking_and_wrong_answers():
+    async def blocking(session, feeds):
+        return session.run(None, feeds)
+
+    def not_async(session, feeds):
+        return session.run(None, feeds)
+
+    async def drops_result(session, feeds):
+        import asyncio
+
+        await asyncio.to_thread(session.run, None, feeds)
+        return None
+
+    outcome = q2.evaluate(blocking)
+    assert outcome.status == "incorrect" and "event loop was blocked" in outcome.message
+    assert q2.evaluate(q2.reference_answer()).status == "correct"
+    assert q2.evaluate(not_async).status == "incorrect"
+    assert "must return what session.run" in q2.evaluate(drops_result).message
+
+
+def test_q2_catches_a_thread_whose_result_blocks_the_loop(monkeypatch):
+    import concurrent.futures
+
+    async def waits_on_the_loop(session, feeds):
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(session.run, None, feeds).result()  # the model runs in a thread, but the loop waits for it
+
+    monkeypatch.setattr(nb08, "LONGEST_RUN", 0.2)  # how long the stand-in model waits for heartbeats that cannot come
+    outcome = q2.evaluate(waits_on_the_loop)
+    assert outcome.status == "incorrect" and "event loop was blocked" in outcome.message
+
+
+def test_q3_rejects_typical_wrong_rates():
+    from labsupport.topics.serving import parse_metrics
+
+    def only_500(text):
+        samples = parse_metrics(text)
+        total = sum(v for (n, lab), v in samples.items() if n == "onnx_service_requests_total" and dict(lab)["path"] == "/predict")
+        bad = sum(
+            v
+            for (n, lab), v in samples.items()
+            if n == "onnx_service_requests_total" and dict(lab)["path"] == "/predict" and dict(lab)["status"] == "500"
+        )
+        return bad / total if total else 0.0
+
+    def every_path(text):
+        samples = parse_metrics(text)
+        total = sum(v for (n, lab), v in samples.items() if n == "onnx_service_requests_total")
+        bad = sum(v for (n, lab), v in samples.items() if n == "onnx_service_requests_total" and int(dict(lab)["status"]) >= 400)
+        return bad / total if total else 0.0
+
+    def divides_by_zero(text):
+        samples = parse_metrics(text)
+        total = sum(v for (n, lab), v in samples.items() if n == "onnx_service_requests_total" and dict(lab)["path"] == "/predict")
+        bad = sum(
+            v
+            for (n, lab), v in samples.items()
+            if n == "onnx_service_requests_total" and dict(lab)["path"] == "/predict" and int(dict(lab)["status"]) >= 400
+        )
+        return bad / total
+
+    for wrong in (only_500, every_path, divides_by_zero, 0.1):
+        assert q3.evaluate(wrong).status == "incorrect", wrong
+    assert 'path="/predict"' in q3.evaluate(every_path).message

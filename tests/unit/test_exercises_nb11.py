@@ -1,0 +1,67 @@
+"""Exercises of notebook 11: every reference solution passes, typical wrong answers fail, ____ is not attempted."""
+
+import numpy as np
+import pytest
+
+from labsupport.exercises import CORRECT, INCORRECT, nb11
+
+
+def test_q1_kv_cache_value_and_wrong_answers():
+    right = 2 * 32 * 8 * 128 * 2 * 4096 * 4
+    assert nb11.q1.reference_answer() == right == 2**31
+    assert nb11.q1.evaluate(float(right)).status == CORRECT
+    for wrong, reason in [
+        (right / 2, "key AND a value"),
+        (right * 4, "query heads"),
+        (right * 2, "2 bytes"),
+        (right / 4, "one sequence"),
+        (right / 2**30, "bytes, not gigabytes"),
+        (12345, "is not the KV-cache size"),
+        ("2 GiB", "expected a number"),
+        (True, "expected a number"),
+    ]:
+        outcome = nb11.q1.evaluate(wrong)
+        assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
+
+
+def test_q2_int4_size_and_wrong_answers():
+    assert nb11.q2.reference_answer() == pytest.approx(3.9375e9)
+    for wrong, reason in [
+        (3.5e9, "only the 4-bit values"),
+        (14e9, "FP16 size"),
+        (3.5e9 + 7e9 / 32 * 4, "not FP32"),
+        (3.9375, "bytes, not gigabytes"),
+        (-1, "positive"),
+    ]:
+        outcome = nb11.q2.evaluate(wrong)
+        assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
+
+
+def test_q3_mask_rejects_typical_mistakes():
+    def square_tril(past, new):  # forgets the cache: wrong shape
+        return np.tril(np.ones((new, new), bool))
+
+    def ignores_offset(past, new):  # right shape, but query i only sees keys 0..i
+        return np.tril(np.ones((new, past + new), bool))
+
+    def strict(past, new):  # a token may not see itself
+        return np.arange(past + new)[None, :] < (np.arange(new)[:, None] + past)
+
+    def as_ints(past, new):
+        return (np.arange(past + new)[None, :] <= (np.arange(new)[:, None] + past)).astype(int)
+
+    for wrong, reason in [
+        (square_tril, "must have shape"),
+        (ignores_offset, "is wrong"),
+        (strict, "is wrong"),
+        (as_ints, "boolean"),
+        ("mask", "expected a function"),
+    ]:
+        outcome = nb11.q3.evaluate(wrong)
+        assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
+
+
+def test_q3_accepts_the_torch_helper_too():
+    from labsupport.models.tiny_transformer import causal_mask
+
+    assert nb11.q3.evaluate(lambda past, new: causal_mask(past, new).numpy()).status == CORRECT
