@@ -10,6 +10,7 @@ draw quickly.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import logging
 import os
@@ -98,17 +99,20 @@ def _shape_text(info: TensorInfo | None) -> str:
     return f"{'' if info.dtype == 'float32' else info.dtype}[{dims}]"
 
 
+def _weights(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
+    """The graph's initializers (dense and sparse) by name."""
+    weights = {t.name: TensorInfo(t.name, dtype_name(t.data_type), tuple(t.dims)) for t in graph.initializer}
+    weights |= {s.values.name: TensorInfo(s.values.name, dtype_name(s.values.data_type), tuple(s.dims)) for s in graph.sparse_initializer}
+    return weights
+
+
 def _known_types(proto: onnx.ModelProto) -> dict[str, TensorInfo]:
-    """Types of every named tensor, after shape inference on a copy when it succeeds."""
+    """Types of every named tensor, after shape inference when it succeeds."""
     inferred = proto
-    try:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(proto)
-        inferred = onnx.shape_inference.infer_shapes(copy)
-    except Exception:  # broken or > 2 GB models: draw what the file already declares
-        inferred = proto
+    with contextlib.suppress(Exception):  # broken or > 2 GB models: draw what the file already declares
+        inferred = onnx.shape_inference.infer_shapes(proto)  # a new model; ``proto`` is left as it was
     graph = inferred.graph
-    known = {t.name: TensorInfo(t.name, dtype_name(t.data_type), tuple(t.dims)) for t in graph.initializer}
+    known = _weights(graph)
     for value in (*graph.value_info, *graph.input, *graph.output):
         known[value.name] = tensor_info(value)
     return known
@@ -196,8 +200,7 @@ def _heading(title: str, left_out: list[onnx.NodeProto], drawn: int, total: int)
 
 def _draw_nodes(dot: graphviz.Digraph, graph: onnx.GraphProto, nodes: list[onnx.NodeProto], known: dict[str, TensorInfo]) -> dict[str, str]:
     """Add the graph inputs and ``nodes`` with their edges; returns which box produces each tensor."""
-    weights = {t.name: TensorInfo(t.name, dtype_name(t.data_type), tuple(t.dims)) for t in graph.initializer}
-    weights |= {s.values.name: TensorInfo(s.values.name, dtype_name(s.values.data_type), tuple(s.dims)) for s in graph.sparse_initializer}
+    weights = _weights(graph)
     producer: dict[str, str] = {}
     for index, value in enumerate(v for v in graph.input if v.name not in weights):
         info = known.get(value.name) or tensor_info(value)
