@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 ROOT_ENV_VAR = "ONNX_LAB_ROOT"
+ARTIFACTS_ENV_VAR = "ONNX_LAB_ARTIFACTS"
 _MARKER = "pyproject.toml"
 _PROJECT_NAME = 'name = "onnx-lab"'
 
@@ -43,8 +44,13 @@ def data_dir() -> Path:
 
 
 def artifacts_dir() -> Path:
-    """The git-ignored folder for everything generated (models, profiles, plots), created on demand."""
-    path = repo_root() / "artifacts"
+    """The git-ignored folder for everything generated (models, profiles, plots), created on demand.
+
+    ``<root>/artifacts`` unless $ONNX_LAB_ARTIFACTS names another folder: the unit tests and
+    ``make portability``'s lanes use an empty one, so that they regenerate every model themselves.
+    """
+    override = os.environ.get(ARTIFACTS_ENV_VAR)
+    path = Path(override).expanduser().resolve() if override else repo_root() / "artifacts"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -59,12 +65,15 @@ def artifact(name: str) -> Path:
 
 
 def relative(path: os.PathLike[str] | str) -> str:
-    """A path shown relative to the repo root (notebook outputs never show this machine's paths)."""
+    """A path shown relative to the repo root (notebook outputs never show this machine's paths).
+
+    Generated files show as ``artifacts/...`` wherever $ONNX_LAB_ARTIFACTS puts them.
+    """
     resolved = Path(path).resolve()
-    try:
-        return resolved.relative_to(repo_root()).as_posix()
-    except ValueError:
-        return resolved.name
+    for base, shown in ((artifacts_dir(), "artifacts"), (repo_root(), "")):
+        if resolved.is_relative_to(base):
+            return (Path(shown) / resolved.relative_to(base)).as_posix()
+    return resolved.name
 
 
 # The stable names of the artifacts that one notebook writes and later ones load.

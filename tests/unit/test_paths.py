@@ -37,3 +37,11 @@ def test_artifact_rejects_paths_outside_artifacts(bad):
 def test_relative_never_shows_an_absolute_path_outside_the_repo(tmp_path):
     assert paths.relative(tmp_path / "x.onnx") == "x.onnx"
     assert not Path(paths.relative(paths.repo_root() / "README.md")).is_absolute()
+
+
+def test_artifacts_folder_can_be_moved_and_still_shows_as_artifacts(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.ARTIFACTS_ENV_VAR, str(tmp_path / "elsewhere"))
+    path = paths.artifact("nb02/model.onnx")
+    assert path.parent == tmp_path / "elsewhere" / "nb02" and path.parent.is_dir()
+    assert paths.relative(path) == "artifacts/nb02/model.onnx"
+    assert paths.relative(paths.repo_root() / "README.md") == "README.md"
