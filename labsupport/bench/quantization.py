@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 from onnxruntime import InferenceSession
 
-from labsupport.bench.timing import compare_candidates, speed_verdict
 from labsupport.course.data import load_digits
 from labsupport.course.paths import artifact, relative
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.models.wide_mlp import ensure_digits_mlp
 from labsupport.onnxutil.sessions import open_session
+from labsupport.onnxutil.timing import compare_candidates, speed_verdict
 from labsupport.topics.hardware import cpu_features
 from labsupport.topics.quantization import AA_NAME, accuracy, build_variants, inputs_for
 
@@ -190,7 +190,7 @@ def measure_variants(
 ) -> VariantReport:
     """File size, test accuracy and (``timings=True``) median latency per batch size of each variant, in one run.
 
-    Latencies are measured interleaved across variants (``labsupport.bench.timing.compare_candidates``)
+    Latencies are measured interleaved across variants (``labsupport.onnxutil.timing.compare_candidates``)
     on real test digits, with ``threads`` intra-op threads. Introduced in notebook 06.
     """
     if baseline not in variants:

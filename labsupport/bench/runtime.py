@@ -21,9 +21,9 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from labsupport.bench import timing
 from labsupport.course.data import load_digits
 from labsupport.models.digits_cnn import ensure_digits_cnn, load_digits_cnn
+from labsupport.onnxutil import timing
 from labsupport.onnxutil.sessions import open_session
 
 ORT, PYTORCH, TENSORFLOW = "onnxruntime", "pytorch", "tensorflow"

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from labsupport.bench.timing import BenchTable, Timing, measure
 from labsupport.onnxutil import graph
 from labsupport.onnxutil.sessions import OPTIMIZATION_LEVELS, ModelLike, model_source, open_session, session_options
+from labsupport.onnxutil.timing import BenchTable, Timing, measure
 
 # The level names, in the order ORT applies them; each includes the ones before it.
 LEVELS = tuple(OPTIMIZATION_LEVELS)

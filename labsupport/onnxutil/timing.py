@@ -2,7 +2,7 @@
 
 Introduced in notebook 05 (and used in 06, 07, 08, 11). Timing numbers vary from run to run, so
 notebook cells that print them carry ``# NBVAL_IGNORE_OUTPUT``; tests check the helpers'
-behaviour, never a speed. The headless suites that use it are the other modules of ``labsupport.bench``.
+behaviour, never a speed. The headless suites of ``labsupport.bench`` use it too; it imports nothing of labsupport.
 """
 
 from __future__ import annotations

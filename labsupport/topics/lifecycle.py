@@ -234,9 +234,9 @@ def gate(registry: Registry, version: str, split: Any, budgets: Budgets = Budget
 
     Parity: the artifact's outputs on ``split.images`` vs the reference logits logged with it
     (``labsupport.course.compare``). Accuracy: at least ``min_accuracy`` and at most ``max_accuracy_drop``
-    below the champion's logged accuracy. Latency: median single-example run (``labsupport.bench.timing.measure``).
+    below the champion's logged accuracy. Latency: median single-example run (``labsupport.onnxutil.timing.measure``).
     """
-    from labsupport.bench.timing import measure
+    from labsupport.onnxutil.timing import measure
 
     mlflow = _mlflow()
     path = registry.model_path(version)

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from labsupport.bench import runtime as runtime_bench
-from labsupport.bench import timing
 from labsupport.bench.__main__ import main as bench_main
 from labsupport.course.data import load_digits
+from labsupport.onnxutil import timing
 from labsupport.onnxutil.sessions import ALLOW_SPINNING
 
 

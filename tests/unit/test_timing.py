@@ -1,4 +1,4 @@
-"""labsupport.bench.timing: statistics of timing samples, ratio tables, interleaving, JSON and plots.
+"""labsupport.onnxutil.timing: statistics of timing samples, ratio tables, interleaving, JSON and plots.
 
 Speeds are never asserted: the arithmetic is checked on injected durations, the measuring loops on call counts and order.
 """
@@ -8,8 +8,8 @@ import json
 import matplotlib
 import pytest
 
-from labsupport.bench import timing
 from labsupport.bench.__main__ import SUITES, main
+from labsupport.onnxutil import timing
 
 matplotlib.use("Agg")
 
