@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 
 from labsupport.course.env import pinned_versions
-from labsupport.course.paths import repo_root
+from labsupport.course.paths import artifacts_dir, repo_root
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from onnx_service import triton
 from onnx_service.config import PREFIX, Settings
@@ -40,6 +40,12 @@ def _requirements() -> dict[str, str]:
     return pins
 
 
+def _in_build_context(source: str) -> Path:
+    """Where a COPY source is: in the checkout, or for ``artifacts/...`` in the generated folder (see paths.artifacts_dir)."""
+    generated = source.removeprefix("artifacts/")
+    return artifacts_dir() / generated if generated != source else repo_root() / source
+
+
 def test_every_copy_source_exists_in_the_build_context():
     ensure_digits_cnn()  # the model the image copies in (artifacts/ is generated, not committed)
     copies = [args for op, args in _instructions() if op == "COPY"]
@@ -47,7 +53,7 @@ def test_every_copy_source_exists_in_the_build_context():
     for args in copies:
         parts = [part for part in shlex.split(args) if not part.startswith("--")]
         for source in parts[:-1]:
-            assert (repo_root() / source).exists(), f"COPY source {source} does not exist (build context = repo root)"
+            assert _in_build_context(source).exists(), f"COPY source {source} does not exist (build context = repo root)"
 
 
 def test_container_requirements_are_a_subset_of_the_course_pins():

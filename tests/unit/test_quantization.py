@@ -135,15 +135,6 @@ def test_seven_bit_weights_give_the_same_logits_on_every_integer_kernel(tmp_path
     assert np.mean(reference.argmax(axis=1) == default.argmax(axis=1)) >= 0.99
 
 
-def test_static_quantization_with_the_reader_calibrates_on_real_data(tmp_path):
-    # Entropy (a histogram calibrator) works with the equal batches
-    pre = quant.preprocess(ensure_digits_cnn(), tmp_path / "pre.onnx")
-    out = quant.make_static_int8(pre, tmp_path / "int8.onnx", method="Entropy")
-    ops = {n.op_type for n in onnx.load(out).graph.node}
-    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
-    assert quant.accuracy(out) > 0.95
-
-
 def test_make_static_int8_rejects_unknown_options(tmp_path):
     with pytest.raises(ValueError, match="quant_format"):
         quant.make_static_int8("x.onnx", tmp_path / "y.onnx", quant_format="QDQQ")
@@ -154,14 +145,12 @@ def test_make_static_int8_rejects_unknown_options(tmp_path):
 # ---------------------------------------------------------------- variants and accuracy
 
 
-def test_build_variants_makes_smaller_accurate_models(cnn_variants):
+def test_build_variants_makes_smaller_models(cnn_variants):
+    # their accuracy needs trained weights: tests/integration/test_quantization_accuracy.py
     assert set(cnn_variants) == {"FP32", "INT8 dynamic", "INT8 static", "FP16", quant.AA_NAME}
     assert cnn_variants[quant.AA_NAME] == cnn_variants["FP32"]
     size = {name: path.stat().st_size for name, path in cnn_variants.items()}
     assert size["INT8 static"] < 0.6 * size["FP32"] and size["FP16"] < 0.7 * size["FP32"]
-    fp32 = quant.accuracy(cnn_variants["FP32"])
-    for name, path in cnn_variants.items():
-        assert abs(quant.accuracy(path) - fp32) <= 0.01, name
 
 
 def test_build_variants_makes_int4_only_for_matmul_weights(tmp_path):
@@ -172,12 +161,14 @@ def test_build_variants_makes_int4_only_for_matmul_weights(tmp_path):
     assert list(variants) == ["FP32", "INT8 dynamic", "INT8 static", "INT4 weights", "FP16", quant.AA_NAME]
 
 
-def test_accuracy_on_any_split(digits):
-    cnn = ensure_digits_cnn()
-    assert quant.accuracy(cnn) > 0.95
-    assert quant.accuracy(cnn, digits.calibration) > 0.9
+def test_accuracy_counts_correct_predictions_on_any_split(tmp_path, digits):
+    model = tiny_mlp(tmp_path / "tiny.onnx")
+    for split in (digits.test, digits.calibration):
+        expected = np.mean(quant.logits(model, split).argmax(axis=1) == split.labels)
+        assert quant.accuracy(model, split) == pytest.approx(expected)
+    assert quant.accuracy(model) == quant.accuracy(model, digits.test)
     with pytest.raises(TypeError, match="Split"):
-        quant.accuracy(cnn, digits.test.images)
+        quant.accuracy(model, digits.test.images)
 
 
 def test_inputs_for_matches_the_model_layout(tmp_path, digits):
@@ -204,7 +195,6 @@ def test_ensure_digits_cnn_int8_is_a_static_qdq_model():
     summary = quant.precision_summary(path)
     assert "Conv x2" in summary["int8"] and "fp32" not in summary
     assert max(np.abs(w).max() for w in int8_weights(path)) <= 64  # reduce_range: the same results on every CPU
-    assert quant.accuracy(path) >= quant.accuracy(ensure_digits_cnn()) - 0.01
 
 
 # ---------------------------------------------------------------- what each node computes in

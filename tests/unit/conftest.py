@@ -1,0 +1,51 @@
+"""Unit tests train nothing and write nothing into the checkout's artifacts/ folder.
+
+Every unit test runs with $ONNX_LAB_ARTIFACTS pointing at a fresh temporary folder that already holds
+an *untrained* digits CNN (seeded, exported as ``ensure_digits_cnn`` would), so a helper that asks for
+the course CNN gets it without training; the mechanics under test (quantization, Triton configs,
+Dockerfile checks) do not need good weights. Tests that need a trained model live in tests/integration.
+Any backward pass fails the test that makes it, and so does a change to the checkout's artifacts/
+during the test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from labsupport.course.paths import ARTIFACTS_ENV_VAR, repo_root
+from labsupport.models.digits_cnn import DigitsCNN, save_digits_cnn
+
+
+def _snapshot(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")} if folder.is_dir() else {}
+
+
+@pytest.fixture(scope="session")
+def unit_artifacts(tmp_path_factory) -> Path:
+    """The temporary artifacts folder of the unit tests, holding an untrained digits CNN."""
+    folder = tmp_path_factory.mktemp("artifacts")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ARTIFACTS_ENV_VAR, str(folder))
+        torch.manual_seed(0)
+        save_digits_cnn(DigitsCNN().eval())
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def isolated(unit_artifacts, monkeypatch) -> Iterator[None]:
+    """Point artifacts/ at ``unit_artifacts``, refuse any backward pass, and fail if the checkout's artifacts/ changed."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("unit tests train nothing: move this test to tests/integration")
+
+    checkout_artifacts = repo_root() / "artifacts"
+    untouched = _snapshot(checkout_artifacts)
+    monkeypatch.setenv(ARTIFACTS_ENV_VAR, str(unit_artifacts))
+    monkeypatch.setattr(torch.Tensor, "backward", refuse)
+    monkeypatch.setattr(torch.autograd, "backward", refuse)
+    yield
+    assert _snapshot(checkout_artifacts) == untouched, "this unit test wrote into the checkout's artifacts/: use tmp_path"
