@@ -41,14 +41,14 @@ def _check_past_export(answer: object) -> str:
     from optimum.onnxruntime import ORTModelForCausalLM
     from transformers import AutoModelForCausalLM
 
-    from labsupport.models import tiny_transformer as T
+    from labsupport.models import tiny_transformer
     from labsupport.topics import hugging_face
 
-    prompts = T.make_reversal_data(PARITY_PROMPTS, seed=7).prompts
+    prompts = tiny_transformer.make_reversal_data(PARITY_PROMPTS, seed=7).prompts
     want = hugging_face.greedy_tokens(
-        AutoModelForCausalLM.from_pretrained(hugging_face.ensure_tiny_llama()).eval(), prompts, T.ANSWER_LENGTH
+        AutoModelForCausalLM.from_pretrained(hugging_face.ensure_tiny_llama()).eval(), prompts, tiny_transformer.ANSWER_LENGTH
     )
-    got = hugging_face.greedy_tokens(ORTModelForCausalLM.from_pretrained(str(folder)), prompts, T.ANSWER_LENGTH)
+    got = hugging_face.greedy_tokens(ORTModelForCausalLM.from_pretrained(str(folder)), prompts, tiny_transformer.ANSWER_LENGTH)
     differ = int(np.sum(np.any(got != want, axis=1)))
     if differ:
         raise Incorrect(

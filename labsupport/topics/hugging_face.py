@@ -39,7 +39,7 @@ from tokenizers import Tokenizer, decoders, models, processors
 
 from labsupport.course.display import scrub_paths
 from labsupport.course.paths import artifact
-from labsupport.models import tiny_transformer as T
+from labsupport.models import tiny_transformer
 from labsupport.onnxutil.export import single_thread
 
 if TYPE_CHECKING:
@@ -62,7 +62,13 @@ LLAMA_STEPS, BERT_STEPS = 400, 300
 ORDER_LABELS = {0: "first<=last", 1: "first>last"}
 GENAI_MAX_BATCH = 32  # onnxruntime-genai's CPU generator accepts batches of 1..32
 # what the tiny Llama and the tiny BERT share: notebook 11's vocabulary, width 64, 2 layers of 4 heads, MLP 256
-TINY_SHAPE = {"vocab_size": len(T.VOCAB), "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256}
+TINY_SHAPE = {
+    "vocab_size": len(tiny_transformer.VOCAB),
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 256,
+}
 
 
 # ---------------------------------------------------------------- tokenizer and configs
@@ -70,19 +76,23 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     """Notebook 11's vocabulary (digits, ``<bos>``, ``=``, ``<eos>``) as a fast tokenizer that prepends ``<bos>`` (notebook 12)."""
     from transformers import PreTrainedTokenizerFast
 
-    vocabulary = {token: index for index, token in enumerate(T.VOCAB)}
+    vocabulary = {token: index for index, token in enumerate(tiny_transformer.VOCAB)}
     core = Tokenizer(models.BPE(vocab=vocabulary, merges=[]))  # one symbol per token: no merges to learn
-    core.add_special_tokens([T.BOS, T.EOS])
-    core.post_processor = processors.TemplateProcessing(single=f"{T.BOS} $A", special_tokens=[(T.BOS, T.BOS_ID)])
+    core.add_special_tokens([tiny_transformer.BOS, tiny_transformer.EOS])
+    core.post_processor = processors.TemplateProcessing(
+        single=f"{tiny_transformer.BOS} $A", special_tokens=[(tiny_transformer.BOS, tiny_transformer.BOS_ID)]
+    )
     core.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token=T.BOS, eos_token=T.EOS, pad_token=T.EOS)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token=tiny_transformer.BOS, eos_token=tiny_transformer.EOS, pad_token=tiny_transformer.EOS
+    )
 
 
 def tiny_llama_config() -> LlamaConfig:
     """A 2-layer Llama (width 64, 4 query heads sharing 2 key/value heads) over the 13-token vocabulary (notebook 12)."""
     from transformers import LlamaConfig
 
-    special = {"bos_token_id": T.BOS_ID, "eos_token_id": T.EOS_ID, "pad_token_id": T.EOS_ID}
+    special = {"bos_token_id": tiny_transformer.BOS_ID, "eos_token_id": tiny_transformer.EOS_ID, "pad_token_id": tiny_transformer.EOS_ID}
     return LlamaConfig(**TINY_SHAPE, **special, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False)
 
 
@@ -91,7 +101,9 @@ def tiny_bert_config() -> BertConfig:
     from transformers import BertConfig
 
     label2id = {label: index for index, label in ORDER_LABELS.items()}
-    return BertConfig(**TINY_SHAPE, max_position_embeddings=16, pad_token_id=T.EOS_ID, id2label=dict(ORDER_LABELS), label2id=label2id)
+    return BertConfig(
+        **TINY_SHAPE, max_position_embeddings=16, pad_token_id=tiny_transformer.EOS_ID, id2label=dict(ORDER_LABELS), label2id=label2id
+    )
 
 
 @dataclass(frozen=True)
@@ -107,8 +119,8 @@ def make_order_data(count: int, seed: int = 0) -> OrderData:
     """``count`` random 8-digit strings labelled by whether the first digit is larger than the last (notebook 12)."""
     if not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be a positive whole number, got {count!r}")
-    digits = np.random.default_rng(seed).integers(0, 10, size=(count, T.NUM_DIGITS), dtype=np.int64)
-    ids = np.concatenate([np.full((count, 1), T.BOS_ID), digits], axis=1)
+    digits = np.random.default_rng(seed).integers(0, 10, size=(count, tiny_transformer.NUM_DIGITS), dtype=np.int64)
+    ids = np.concatenate([np.full((count, 1), tiny_transformer.BOS_ID), digits], axis=1)
     texts = ["".join(map(str, row)) for row in digits.tolist()]
     return OrderData(texts, ids, (digits[:, 0] > digits[:, -1]).astype(np.int64))
 
@@ -161,13 +173,15 @@ def train_tiny_llama(steps: int = LLAMA_STEPS, seed: int = 0) -> tuple[LlamaForC
     from transformers import LlamaForCausalLM
 
     def answer_loss(model: torch.nn.Module, step: int) -> torch.Tensor:
-        batch = torch.from_numpy(T.make_reversal_data(64, seed=seed * 1_000_003 + step).sequences())
-        logits = model(batch[:, :-1]).logits[:, T.PROMPT_LENGTH - 1 :]
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, len(T.VOCAB)), batch[:, T.PROMPT_LENGTH :].reshape(-1))
+        batch = torch.from_numpy(tiny_transformer.make_reversal_data(64, seed=seed * 1_000_003 + step).sequences())
+        logits = model(batch[:, :-1]).logits[:, tiny_transformer.PROMPT_LENGTH - 1 :]
+        return torch.nn.functional.cross_entropy(
+            logits.reshape(-1, len(tiny_transformer.VOCAB)), batch[:, tiny_transformer.PROMPT_LENGTH :].reshape(-1)
+        )
 
     def exact_match(model: torch.nn.Module) -> float:
-        held_out = T.make_reversal_data(256, seed=seed + 12345)
-        return T.exact_match(greedy_tokens(model, held_out.prompts, T.ANSWER_LENGTH), held_out.answers)
+        held_out = tiny_transformer.make_reversal_data(256, seed=seed + 12345)
+        return tiny_transformer.exact_match(greedy_tokens(model, held_out.prompts, tiny_transformer.ANSWER_LENGTH), held_out.answers)
 
     return _train(lambda: LlamaForCausalLM(tiny_llama_config()), steps, seed, answer_loss, exact_match)
 
@@ -246,16 +260,18 @@ def greedy_tokens(model: Any, prompts: np.ndarray, new_tokens: int) -> np.ndarra
     if ids.ndim != 2:
         raise ValueError(f"prompts must be a (batch, length) array of token ids, got shape {tuple(ids.shape)}")
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False, pad_token_id=T.EOS_ID)
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False, pad_token_id=tiny_transformer.EOS_ID
+        )
     new = out[:, ids.shape[1] :].numpy()  # shorter than new_tokens when every row stopped at <eos>
-    return np.pad(new, ((0, 0), (0, new_tokens - new.shape[1])), constant_values=T.EOS_ID)
+    return np.pad(new, ((0, 0), (0, new_tokens - new.shape[1])), constant_values=tiny_transformer.EOS_ID)
 
 
 def until_eos(tokens: Sequence[int] | np.ndarray) -> list[int]:
     """The tokens before the first ``<eos>``: generators differ in whether they keep it, the text does not (notebook 12)."""
     out = []
     for token in np.asarray(tokens).reshape(-1).tolist():
-        if token == T.EOS_ID:
+        if token == tiny_transformer.EOS_ID:
             break
         out.append(int(token))
     return out
@@ -380,9 +396,9 @@ def save_unsupported_decoder(folder: str | Path, seed: int = 0) -> Path:
         head_dim=base.hidden_size // base.num_attention_heads,
         max_position_embeddings=base.max_position_embeddings,
         sliding_window=base.max_position_embeddings,
-        bos_token_id=T.BOS_ID,
-        eos_token_id=T.EOS_ID,
-        pad_token_id=T.EOS_ID,
+        bos_token_id=tiny_transformer.BOS_ID,
+        eos_token_id=tiny_transformer.EOS_ID,
+        pad_token_id=tiny_transformer.EOS_ID,
     )
     with single_thread():
         torch.manual_seed(seed)

@@ -34,14 +34,14 @@ def model_path():
 
 
 @pytest.fixture(scope="module")
-def test_split():
+def digits_test():
     return load_digits().test
 
 
 @pytest.fixture(scope="module")
-def reference(model_path, test_split):
+def reference(model_path, digits_test):
     session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    return session.run(None, {"image": test_split.images})[0]
+    return session.run(None, {"image": digits_test.images})[0]
 
 
 @pytest.fixture(scope="module")
@@ -73,16 +73,16 @@ def _predict_all(client, images, batch=60):
 # ---------------------------------------------------------------- happy path
 
 
-def test_predictions_match_in_process_onnxruntime_on_the_test_set(client, test_split, reference):
-    predictions, probabilities = _predict_all(client, test_split.images)
+def test_predictions_match_in_process_onnxruntime_on_the_test_set(client, digits_test, reference):
+    predictions, probabilities = _predict_all(client, digits_test.images)
     assert predictions.tolist() == reference.argmax(axis=1).tolist()
     report = compare(softmax(reference), probabilities, atol=1e-5, rtol=1e-3, name="service vs ORT")
     assert report.passed
-    assert np.mean(predictions == test_split.labels) > 0.9
+    assert np.mean(predictions == digits_test.labels) > 0.9
 
 
-def test_one_example_without_batch_dimension(client, test_split, reference):
-    response = client.post("/predict", json={"inputs": test_split.images[7].tolist()})
+def test_one_example_without_batch_dimension(client, digits_test, reference):
+    response = client.post("/predict", json={"inputs": digits_test.images[7].tolist()})
     assert response.status_code == 200
     assert response.json()["predictions"] == [int(reference[7].argmax())]
     assert response.json()["batch_size"] == 1
@@ -182,14 +182,14 @@ def test_bad_input_gets_a_4xx_that_says_what_was_expected(client, case, request_
     assert re.search(message, body["detail"]), body["detail"]
 
 
-def test_server_still_correct_after_every_bad_input(client, service, test_split, reference):
+def test_server_still_correct_after_every_bad_input(client, service, digits_test, reference):
     for _case, kwargs, status, _code, _message in BAD_REQUESTS:
         kwargs = dict(kwargs)
         if "content" in kwargs:
             kwargs.setdefault("headers", {"content-type": "application/json"})
         assert client.post("/predict", **kwargs).status_code == status
     assert service.running
-    predictions, _ = _predict_all(client, test_split.images[:120])
+    predictions, _ = _predict_all(client, digits_test.images[:120])
     assert predictions.tolist() == reference[:120].argmax(axis=1).tolist()
     # no request so far produced a server error
     samples = serving.parse_metrics(client.get("/metrics").text)
@@ -217,13 +217,13 @@ def test_unknown_route_and_wrong_method(client):
 # ---------------------------------------------------------------- metrics
 
 
-def test_metrics_count_requests_by_status_and_batch_sizes(client, test_split):
+def test_metrics_count_requests_by_status_and_batch_sizes(client, digits_test):
     before = serving.parse_metrics(client.get("/metrics").text)
     key_ok = ("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "200")))
     key_bad = ("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "422")))
     batch_count = ("onnx_service_batch_size_count", ())
-    client.post("/predict", json=serving.payload(test_split.images[:5]))
-    client.post("/predict", json=serving.payload(test_split.images[:1]))
+    client.post("/predict", json=serving.payload(digits_test.images[:5]))
+    client.post("/predict", json=serving.payload(digits_test.images[:1]))
     client.post("/predict", json={"inputs": []})
     response = client.get("/metrics")
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
@@ -322,7 +322,7 @@ class _ExplodingSession:
 
 
 def test_unexpected_error_is_a_bare_500_and_the_app_keeps_serving(model_path, caplog):
-    loaded = svc_model.load_model(model_path)
+    loaded = svc_model.load_served_model(model_path)
     real_session = loaded.session
     loaded.session = _ExplodingSession()
     app = create_app(svc_config.Settings(model=str(model_path)), loaded)
@@ -347,7 +347,7 @@ def test_any_classifier_scikit_learn_with_label_and_probability_outputs(tmp_path
     onx = to_onnx(classifier, digits.train.flat[:1], options={id(classifier): {"zipmap": False}}, target_opset=18)
     path = tmp_path / "logreg.onnx"
     path.write_bytes(onx.SerializeToString())
-    loaded = svc_model.load_model(path)
+    loaded = svc_model.load_served_model(path)
     assert loaded.label_output == "label" and loaded.score_output == "probabilities"
     app = create_app(svc_config.Settings(model=str(path), max_batch=100), loaded)
     with _InProcess(app) as http:
@@ -372,7 +372,7 @@ def test_model_with_two_inputs_is_refused(tmp_path):
     path = tmp_path / "two.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION), path)
     with pytest.raises(svc_model.ModelError, match=r"exactly one input; two\.onnx has 2: a, b"):
-        svc_model.load_model(path)
+        svc_model.load_served_model(path)
 
 
 # ---------------------------------------------------------------- units: config, validation, metrics, serve helpers
@@ -455,8 +455,8 @@ def test_load_test_counts_connection_errors():
     assert row["variant"] == "nothing listening" and row["errors"] == 4 and "health_p50_ms" not in row
 
 
-def test_load_test_checks_every_answer_and_reports_the_probe(service, test_split, reference):
-    bodies = [serving.payload(test_split.images[i : i + 1]) for i in range(4)]
+def test_load_test_checks_every_answer_and_reports_the_probe(service, digits_test, reference):
+    bodies = [serving.payload(digits_test.images[i : i + 1]) for i in range(4)]
     truth = [[int(reference[i].argmax())] for i in range(4)]
     good = serving.load_test(service.url, bodies, concurrency=3, requests=30, expected=truth, probe="/health")
     assert (good.requests, good.ok, good.errors, good.wrong, good.statuses) == (30, 30, 0, 0, {200: 30}), good.first_error
@@ -482,7 +482,7 @@ def test_measure_batching_needs_a_batching_service(service, model_path):
 
 def test_heavy_classifier_is_a_servable_stand_in(tmp_path):
     path = write_heavy_classifier(tmp_path / "heavy.onnx", hidden=64, layers=3)
-    loaded = svc_model.load_model(path)
+    loaded = svc_model.load_served_model(path)
     assert loaded.input.shape == ("batch", 1, 8, 8) and loaded.score_output == "logits" and loaded.opset == OPSET
     images = load_digits().test.images[:5]
     logits = loaded.session.run(None, {"image": images})[0]

@@ -21,7 +21,7 @@ from . import LISTENING
 from .app import create_app
 from .config import HANDLERS, ConfigError, Settings
 from .cpus import cpu_budget
-from .model import LoadedModel, ModelError, load_model
+from .model import LoadedModel, ModelError, load_served_model
 from .routing import RoutingError
 
 EXIT_BAD_CONFIG = 2
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
     try:
         settings = Settings.from_env(**overrides)
-        model = load_model(settings.model, settings.model_sha256, settings.threads, settings.model_name)
+        model = load_served_model(settings.model, settings.model_sha256, settings.threads, settings.model_name)
         app = create_app(settings, model)  # loads and checks the routing document's versions too
     except (ConfigError, ModelError, RoutingError) as error:
         return _cannot_start(error)

@@ -19,7 +19,7 @@ from .batching import Batcher, QueueFull
 from .config import ConfigError, Settings
 from .cpus import cpu_budget
 from .metrics import CONTENT_TYPE, Metrics
-from .model import LoadedModel, ModelError, load_model
+from .model import LoadedModel, ModelError, load_served_model
 from .validation import FIELD, RequestError, check_content_type, parse_json, to_batch
 
 log = logging.getLogger("onnx_service")
@@ -123,7 +123,7 @@ def _read_routing(path: str) -> Any:
 def create_app(settings: Settings | None = None, model: LoadedModel | None = None) -> FastAPI:
     """The application for ``settings`` (default: from the environment); loads the model unless one is given."""
     settings = settings or Settings.from_env()
-    model = model or load_model(settings.model, settings.model_sha256, settings.threads, settings.model_name)
+    model = model or load_served_model(settings.model, settings.model_sha256, settings.threads, settings.model_name)
     contract = model.contract(settings.max_batch)
     naive = settings.handler == "naive"
     # at most one inference per usable core at a time (affinity and cgroup quota, not the host's count):
@@ -149,7 +149,7 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
         )
 
     def load_version(path: str) -> LoadedModel:
-        return load_model(path, threads=settings.threads)
+        return load_served_model(path, threads=settings.threads)
 
     state = {"router": routing.single(settings.model_name or model.name, model, make_batcher(model))}
     if settings.routing:

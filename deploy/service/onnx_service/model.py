@@ -126,7 +126,7 @@ class LoadedModel:
         return result
 
 
-def load_model(path: str | Path, expected_sha256: str = "", threads: int = 1, name: str = "") -> LoadedModel:
+def load_served_model(path: str | Path, expected_sha256: str = "", threads: int = 1, name: str = "") -> LoadedModel:
     """Verify and load an ONNX classifier; raise ModelError with a message that says what is wrong and how to fix it."""
     import onnx
     import onnxruntime as ort
