@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -53,6 +54,9 @@ DEPLOYMENT_NAME = "blue"
 INSTANCE_TYPE, INSTANCE_COUNT = "Standard_DS3_v2", 1
 SERVICE_SETTINGS = {"ONNX_SERVICE_THREADS": "1", "ONNX_SERVICE_MAX_BATCH": "64"}  # read by onnx_service's Settings
 TAGS = {"course": "onnx-lab", "notebook": "13"}
+# the SDK logs "Class DeploymentTemplateReferenceSchema: This is an experimental class" when it writes a Model
+# as YAML (Model.dump): the schema of a field the course never sets; its errors still show
+logging.getLogger("azure.ai.ml._utils._experimental").setLevel(logging.ERROR)
 YAML_FILES = {"model": "model.yml", "environment": "environment.yml", "endpoint": "endpoint.yml", "deployment": "deployment.yml"}
 SCHEMAS = {
     "model": "model.schema.json",
