@@ -37,7 +37,7 @@ help:
 	@echo "make serve        run the inference service of notebook 08 on http://127.0.0.1:8080"
 	@echo "make docs         build the course website from the committed notebooks into $(SITE) (fails on any warning)"
 	@echo "make docs-serve   serve that website on http://127.0.0.1:8001 (PORT=... for another port)"
-	@echo "make student      learner copies (solutions switched off) and solution copies of the notebooks, in $(CLASSROOM)"
+	@echo "make student      the learner copy of the course (no solutions in it) and the teacher's solution notebooks, in $(CLASSROOM)"
 	@echo "make test-latest  the same tests against the newest releases (not pinned; for maintainers)"
 	@echo "make clean        remove artifacts/ and caches (keeps .venv)"
 
