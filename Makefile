@@ -8,6 +8,10 @@ NO_BROWSER ?=
 PYTEST_ARGS ?=
 SITE      ?= build/site
 CLASSROOM ?= build/classroom
+CLASS     ?= deploy/hub/class-example.txt
+HUB_PORT  ?= 8010
+HUB_IP    ?= 127.0.0.1
+HUB_ARGS  ?=
 
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -23,7 +27,7 @@ KERNEL_NOTEBOOKS := $(addprefix notebooks/,01_graphs_by_hand.ipynb 02_from_pytor
 KERNEL_TEST_NOTEBOOKS := $(addprefix notebooks/,02_from_pytorch.ipynb 06_quantization.ipynb 09_deploy_edge.ipynb)
 KERNEL_VARIANTS := u8u8 qdq-float no-layout
 
-.PHONY: lab test lint unit portability test-latest bench doctor nav js-deps web serve docs docs-serve student clean help
+.PHONY: lab test lint unit portability test-latest bench doctor nav js-deps web serve docs docs-serve student hub clean help
 
 help:
 	@echo "make lab          create .venv if needed and open JupyterLab on notebooks/ (PORT=$(PORT), NO_BROWSER=1 on a server)"
@@ -38,6 +42,7 @@ help:
 	@echo "make docs         build the course website from the committed notebooks into $(SITE) (fails on any warning)"
 	@echo "make docs-serve   serve that website on http://127.0.0.1:8001 (PORT=... for another port)"
 	@echo "make student      the learner copy of the course (no solutions in it) and the teacher's solution notebooks, in $(CLASSROOM)"
+	@echo "make hub          JupyterHub for a class on this machine: the names in CLASS=$(CLASS) log in, each to their own learner copy (HUB_IP=$(HUB_IP) HUB_PORT=$(HUB_PORT))"
 	@echo "make test-latest  the same tests against the newest releases (not pinned; for maintainers)"
 	@echo "make clean        remove artifacts/ and caches (keeps .venv)"
 
@@ -122,6 +127,9 @@ docs-serve: $(STAMP)
 
 student: $(STAMP)
 	@$(BIN)/python -m labsupport.maintain.student --out $(CLASSROOM)
+
+hub: $(STAMP) js-deps student
+	@$(BIN)/python -m labsupport.maintain.hub --class $(CLASS) --course $(CLASSROOM)/learner --ip $(HUB_IP) --port $(HUB_PORT) $(HUB_ARGS)
 
 test-latest:
 	@echo ">>> building $(LATEST) with the newest releases (no pins)"
