@@ -16,10 +16,11 @@ It starts JupyterHub (PyPI ``jupyterhub``) and its proxy (npm ``configurable-htt
 
 What isolation it gives: the hub lets a learner reach their own server only; another learner's server, kernels
 and files answer 403 (tests/integration/test_hub.py shows it). The servers all run as the operating-system user
-who started the hub (JupyterHub's ``SimpleLocalProcessSpawner``), so code that a learner runs, in a kernel or a
-terminal, can read the other learners' folders and this clone of the course with its solutions. That suits a
-workshop among colleagues; a class that must not see each other's work needs one container per learner (Zero to
-JupyterHub: deploy/hub/z2jh-config.yaml).
+who started the hub (JupyterHub's ``SimpleLocalProcessSpawner``) and share its loopback, so code that a learner
+runs, in a kernel or a terminal, can read the other learners' folders and this clone of the course with its
+solutions, and reach the services their notebooks start on 127.0.0.1 (Netron, the inference service). That suits
+a workshop among colleagues; a class that must not see each other's work needs one container per learner (Zero
+to JupyterHub: deploy/hub/z2jh-config.yaml). There are no memory limits and no culling of idle servers either.
 """
 
 from __future__ import annotations
