@@ -7,6 +7,10 @@ PORT   ?= 8888
 NO_BROWSER ?=
 PYTEST_ARGS ?=
 SITE      ?= build/site
+# the notebook pages' launch links (docs/build.py): the repository Binder and a hub pull, its branch, a JupyterHub's address
+SITE_REPOSITORY ?=
+SITE_BRANCH ?=
+SITE_HUB ?=
 CLASSROOM ?= build/classroom
 CLASS     ?= deploy/hub/class-example.txt
 HUB_PORT  ?= 8010
@@ -39,8 +43,8 @@ help:
 	@echo "make doctor       check the environment and say what is wrong"
 	@echo "make web          serve the browser demo of notebook 09 on http://127.0.0.1:8000"
 	@echo "make serve        run the inference service of notebook 08 on http://127.0.0.1:8080"
-	@echo "make docs         build the course website from the committed notebooks into $(SITE) (fails on any warning)"
-	@echo "make docs-serve   serve that website on http://127.0.0.1:8001 (PORT=... for another port)"
+	@echo "make docs         build the course website from the committed notebooks into $(SITE) (fails on any warning; SITE_HUB=URL adds hub links)"
+	@echo "make docs-serve   serve that website on http://127.0.0.1:8001, rebuilt first if a source changed (PORT=... for another port)"
 	@echo "make student      the learner copy of the course (no solutions in it) and the teacher's solution notebooks, in $(CLASSROOM)"
 	@echo "make hub          JupyterHub for a class on this machine: the names in CLASS=$(CLASS) log in, each to their own learner copy (HUB_IP=$(HUB_IP) HUB_PORT=$(HUB_PORT))"
 	@echo "make test-latest  the same tests against the newest releases (not pinned; for maintainers)"
@@ -117,11 +121,16 @@ serve: $(STAMP)
 	@$(BIN)/python -c "from labsupport.models.digits_cnn import ensure_digits_cnn; ensure_digits_cnn()"
 	@$(BIN)/python -m onnx_service
 
-docs: $(STAMP)
-	@$(BIN)/python docs/build.py $(SITE)
+DOCS_OPTIONS = $(if $(SITE_REPOSITORY),--repository $(SITE_REPOSITORY)) $(if $(SITE_BRANCH),--branch $(SITE_BRANCH)) $(if $(SITE_HUB),--hub-url $(SITE_HUB))
 
-docs-serve: $(STAMP)
-	@test -f $(SITE)/index.html || $(BIN)/python docs/build.py $(SITE)
+docs: $(STAMP)
+	@$(BIN)/python docs/build.py $(SITE) $(DOCS_OPTIONS)
+
+# docs-serve rebuilds the site when a page's source or the site's code changed since the last build
+$(SITE)/index.html: README.md $(wildcard notebooks/*.ipynb docs/*.py docs/_static/* docs/_templates/*) labsupport/maintain/sitecheck.py
+	@$(BIN)/python docs/build.py $(SITE) $(DOCS_OPTIONS) || { rm -f $@; exit 1; }
+
+docs-serve: $(STAMP) $(SITE)/index.html
 	@echo ">>> the course website on http://127.0.0.1:$${PORT:-8001}/ (stop it with Ctrl-C)"
 	@$(BIN)/python -m http.server --bind 127.0.0.1 --directory $(SITE) $${PORT:-8001}
 
