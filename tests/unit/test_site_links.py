@@ -17,7 +17,10 @@ def _links(launch: sitecheck.Launch) -> dict[str, str]:
 def test_a_github_course_gets_binder_hub_download_and_source_links():
     links = _links(sitecheck.Launch("https://github.com/school/onnx-lab-class", "spring", "https://hub.school.edu/"))
     assert list(links) == ["Launch on Binder", "Open on the class JupyterHub", "Download the .ipynb", "View the source"]
-    assert links["Launch on Binder"] == "https://mybinder.org/v2/gh/school/onnx-lab-class/spring?urlpath=lab/tree/notebooks/06_quantization.ipynb"
+    assert (
+        links["Launch on Binder"]
+        == "https://mybinder.org/v2/gh/school/onnx-lab-class/spring?urlpath=lab/tree/notebooks/06_quantization.ipynb"
+    )
     hub = urlsplit(links["Open on the class JupyterHub"])
     assert (hub.scheme, hub.netloc, hub.path) == ("https", "hub.school.edu", "/hub/user-redirect/git-pull")
     assert parse_qs(hub.query) == {
