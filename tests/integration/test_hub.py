@@ -25,7 +25,7 @@ import pytest
 
 from labsupport.course.paths import repo_root
 from labsupport.maintain import hub as classroom_hub
-from labsupport.maintain import student
+from labsupport.maintain import sitecheck, student
 
 ROOT = repo_root()
 LEARNERS = ["alice", "bob"]
@@ -237,3 +237,32 @@ def test_netron_opens_through_the_hub_for_its_learner_only(hub):
     model = hub.get(address.group(1) + "data/hub_check.onnx", alice)
     assert model.status_code == 200 and model.content.startswith(b"\x08")  # an ONNX ModelProto: field 1, ir_version
     assert hub.get(address.group(1), bob).status_code == 403
+
+
+def _course_repository(folder: Path) -> Path:
+    """A git repository holding a learner course, as a teacher would publish it (here a local path instead of a URL)."""
+    repository = folder / "onnx-lab-class"
+    student.write_learner_course([ROOT / "notebooks" / "00_start_here.ipynb"], repository)
+    git = ["git", "-C", str(repository), "-c", "user.name=teacher", "-c", "user.email=teacher@example.org"]
+    for step in (["init", "-q", "-b", "spring"], ["add", "-A"], ["commit", "-q", "-m", "the learner course"]):
+        subprocess.run([*git, *step], check=True, capture_output=True)
+    return repository
+
+
+def test_the_docs_sites_hub_link_pulls_the_course_with_nbgitpuller(hub, tmp_path):
+    alice = hub.learners["alice"]
+    launch = sitecheck.Launch(str(_course_repository(tmp_path)), "spring", hub.base)
+    link = dict(launch.links("00_start_here.ipynb"))["Open on the class JupyterHub"]
+    client, _ = _log_in(hub.base, "alice", classroom_hub.read_passwords(hub.state / "passwords.txt")["alice"])
+    opened = client.get(link.removeprefix(hub.base), follow_redirects=True)  # as a click on the site does, logged in
+    assert opened.status_code == 200 and opened.url.path == "/user/alice/git-pull", opened.url
+    assert "nbgitpuller" in opened.text.lower()
+    # the page's script then asks nbgitpuller's API to pull, and opens urlpath once it has
+    with httpx.stream(
+        "GET", f"{hub.base}/user/alice/git-pull/api?{opened.url.query.decode()}", headers=alice.headers, timeout=180
+    ) as events:
+        phases = [json.loads(line[len("data:") :])["phase"] for line in events.iter_lines() if line.startswith("data:")]
+    assert phases[-1] == "finished", phases
+    pulled = hub.get(f"/user/alice/api/contents/{launch.folder}/notebooks/00_start_here.ipynb", alice)
+    assert pulled.status_code == 200 and pulled.json()["content"]["metadata"]["onnx_lab"] == {"copy": "learner"}
+    assert opened.url.params["urlpath"] == f"lab/tree/{launch.folder}/notebooks/00_start_here.ipynb"  # where the page goes next
