@@ -203,3 +203,32 @@ def test_mamba_hands_pip_the_cpu_index_of_pytorch():
     # mamba writes each entry on a line of a requirements file for `pip install -r`, where an option line is valid
     assert lines[0] == "--extra-index-url https://download.pytorch.org/whl/cpu"
     assert any(line.startswith("torch==") for line in lines)
+
+
+Z2JH = ROOT / "deploy" / "hub" / "z2jh-config.yaml"
+
+
+def test_the_zero_to_jupyterhub_config_runs_the_image_repo2docker_builds_from_the_learner_course(tmp_path):
+    from labsupport.maintain import student
+
+    text = Z2JH.read_text(encoding="utf-8")
+    config = yaml.safe_load(text)
+    build = re.search(r"jupyter-repo2docker (.*?) build/classroom/learner", re.sub(r"\\\n#\s*", " ", text))
+    assert build, "the file says how its image is built"
+    options = dict(re.findall(r"(--[\w-]+) (\S+)", build.group(1)))
+    image, target = options["--image-name"], options["--target-repo-dir"]
+    singleuser = config["singleuser"]
+    assert image == f"{singleuser['image']['name']}:{singleuser['image']['tag']}"
+    assert f"cp -rn {target}/. ~/onnx-lab/" in " ".join(singleuser["lifecycleHooks"]["postStart"]["exec"]["command"])
+    assert singleuser["extraEnv"]["ONNX_LAB_SOLUTIONS"] == "hidden"
+    assert config["hub"]["config"]["JupyterHub"]["authenticator_class"] == "null", "closed until the teacher picks a log-in"
+    course = tmp_path / "learner"
+    student.write_learner_course([ROOT / "notebooks" / "00_start_here.ipynb"], course)
+    assert (course / singleuser["defaultUrl"].removeprefix("/lab/tree/onnx-lab/")).is_file()
+    command = [str(Path(sys.executable).with_name("jupyter-repo2docker")), "--no-build", "--debug", *BINDER_USER]
+    done = subprocess.run([*command, "--target-repo-dir", target, str(course)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # --target-repo-dir becomes the build argument REPO_DIR (repo2docker/app.py), where the course is copied and postBuild runs
+    assert "ARG REPO_DIR=${HOME}" in done.stdout and "COPY --chown=1000:1000 src/ ${REPO_DIR}/" in done.stdout
+    assert done.stdout.index("WORKDIR ${REPO_DIR}") < done.stdout.index("RUN ./binder/postBuild")
+    assert '--file "binder/environment.yml"' in done.stdout, "the same binder/ as the course's Binder image"
