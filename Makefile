@@ -62,6 +62,7 @@ $(STAMP): requirements.txt pyproject.toml deploy/service/pyproject.toml deploy/w
 	@$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . -e deploy/service -e deploy/web
 	@# JupyterLab settings for the course (no news prompt, no requests to other sites): see binder/overrides.json
 	@mkdir -p $(VENV)/share/jupyter/lab/settings/overrides.d
+	@rm -f $(VENV)/share/jupyter/lab/settings/overrides.d/onnx-lab.json  # a new file, never a write through a hard link
 	@cp binder/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.d/onnx-lab.json
 	@touch $(STAMP)
 	@echo ">>> environment ready in $(VENV)"
