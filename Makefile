@@ -7,7 +7,15 @@ PORT   ?= 8888
 NO_BROWSER ?=
 PYTEST_ARGS ?=
 SITE      ?= build/site
+# the notebook pages' launch links (docs/build.py): the repository Binder and a hub pull, its branch, a JupyterHub's address
+SITE_REPOSITORY ?=
+SITE_BRANCH ?=
+SITE_HUB ?=
 CLASSROOM ?= build/classroom
+CLASS     ?= deploy/hub/class-example.txt
+HUB_PORT  ?= 8010
+HUB_IP    ?= 127.0.0.1
+HUB_ARGS  ?=
 
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -23,7 +31,7 @@ KERNEL_NOTEBOOKS := $(addprefix notebooks/,01_graphs_by_hand.ipynb 02_from_pytor
 KERNEL_TEST_NOTEBOOKS := $(addprefix notebooks/,02_from_pytorch.ipynb 06_quantization.ipynb 09_deploy_edge.ipynb)
 KERNEL_VARIANTS := u8u8 qdq-float no-layout
 
-.PHONY: lab test lint unit portability test-latest bench doctor nav js-deps web serve docs docs-serve student clean help
+.PHONY: lab test lint unit portability test-latest bench doctor nav js-deps web serve docs docs-serve student hub clean help
 
 help:
 	@echo "make lab          create .venv if needed and open JupyterLab on notebooks/ (PORT=$(PORT), NO_BROWSER=1 on a server)"
@@ -35,9 +43,10 @@ help:
 	@echo "make doctor       check the environment and say what is wrong"
 	@echo "make web          serve the browser demo of notebook 09 on http://127.0.0.1:8000"
 	@echo "make serve        run the inference service of notebook 08 on http://127.0.0.1:8080"
-	@echo "make docs         build the course website from the committed notebooks into $(SITE) (fails on any warning)"
-	@echo "make docs-serve   serve that website on http://127.0.0.1:8001 (PORT=... for another port)"
-	@echo "make student      learner copies (solutions switched off) and solution copies of the notebooks, in $(CLASSROOM)"
+	@echo "make docs         build the course website from the committed notebooks into $(SITE) (fails on any warning; SITE_HUB=URL adds hub links)"
+	@echo "make docs-serve   serve that website on http://127.0.0.1:8001, rebuilt first if a source changed (PORT=... for another port)"
+	@echo "make student      the learner copy of the course (no solutions in it) and the teacher's solution notebooks, in $(CLASSROOM)"
+	@echo "make hub          JupyterHub for a class on this machine: the names in CLASS=$(CLASS) log in, each to their own learner copy (HUB_IP=$(HUB_IP) HUB_PORT=$(HUB_PORT))"
 	@echo "make test-latest  the same tests against the newest releases (not pinned; for maintainers)"
 	@echo "make clean        remove artifacts/ and caches (keeps .venv)"
 
@@ -53,6 +62,7 @@ $(STAMP): requirements.txt pyproject.toml deploy/service/pyproject.toml deploy/w
 	@$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . -e deploy/service -e deploy/web
 	@# JupyterLab settings for the course (no news prompt, no requests to other sites): see binder/overrides.json
 	@mkdir -p $(VENV)/share/jupyter/lab/settings/overrides.d
+	@rm -f $(VENV)/share/jupyter/lab/settings/overrides.d/onnx-lab.json  # a new file, never a write through a hard link
 	@cp binder/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.d/onnx-lab.json
 	@touch $(STAMP)
 	@echo ">>> environment ready in $(VENV)"
@@ -112,16 +122,24 @@ serve: $(STAMP)
 	@$(BIN)/python -c "from labsupport.models.digits_cnn import ensure_digits_cnn; ensure_digits_cnn()"
 	@$(BIN)/python -m onnx_service
 
-docs: $(STAMP)
-	@$(BIN)/python docs/build.py $(SITE)
+DOCS_OPTIONS = $(if $(SITE_REPOSITORY),--repository $(SITE_REPOSITORY)) $(if $(SITE_BRANCH),--branch $(SITE_BRANCH)) $(if $(SITE_HUB),--hub-url $(SITE_HUB))
 
-docs-serve: $(STAMP)
-	@test -f $(SITE)/index.html || $(BIN)/python docs/build.py $(SITE)
+docs: $(STAMP)
+	@$(BIN)/python docs/build.py $(SITE) $(DOCS_OPTIONS)
+
+# docs-serve rebuilds the site when a page's source or the site's code changed since the last build
+$(SITE)/index.html: README.md $(wildcard notebooks/*.ipynb docs/*.py docs/_static/* docs/_templates/*) labsupport/maintain/sitecheck.py
+	@$(BIN)/python docs/build.py $(SITE) $(DOCS_OPTIONS) || { rm -f $@; exit 1; }
+
+docs-serve: $(STAMP) $(SITE)/index.html
 	@echo ">>> the course website on http://127.0.0.1:$${PORT:-8001}/ (stop it with Ctrl-C)"
 	@$(BIN)/python -m http.server --bind 127.0.0.1 --directory $(SITE) $${PORT:-8001}
 
 student: $(STAMP)
 	@$(BIN)/python -m labsupport.maintain.student --out $(CLASSROOM)
+
+hub: $(STAMP) js-deps student
+	@$(BIN)/python -m labsupport.maintain.hub --class $(CLASS) --course $(CLASSROOM)/learner --ip $(HUB_IP) --port $(HUB_PORT) $(HUB_ARGS)
 
 test-latest:
 	@echo ">>> building $(LATEST) with the newest releases (no pins)"

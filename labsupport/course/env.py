@@ -27,6 +27,9 @@ PYTHON_SERIES = (3, 11)
 UNPINNED_ENV_VAR = "ONNX_LAB_UNPINNED"
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)\s*(?:;\s*([^#]+))?")
 FIX_HINT = "run `make lab` (or `make test`) from the repo root to (re)install the pinned environment in .venv"
+# the course's own packages under deploy/, which requirements.txt cannot pin: 00's CPU report, 08, 09 and 13 import them
+DEPLOY_PACKAGES = {"onnx-service": "deploy/service", "onnx-web-demo": "deploy/web"}
+DEPLOY_FIX = "from the repo root: pip install --no-deps -e . -e deploy/service -e deploy/web (make lab does it)"
 
 
 def _normalize(name: str) -> str:
@@ -145,16 +148,20 @@ def report(show: bool = True) -> EnvReport:
         probe.unlink()
     except OSError as error:
         problems.append(f"the artifacts/ folder is not writable ({error.strerror}); check its permissions")
-    cpus = cpu_budget()
+    missing = [
+        f"{name} ({folder}) is not installed; {DEPLOY_FIX}" for name, folder in DEPLOY_PACKAGES.items() if not installed_version(name)
+    ]
+    problems += missing
+    cpus = None if missing else cpu_budget()  # onnx_service's helper counts the usable CPUs
     result = EnvReport(
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",
-        cpu_count=cpus.host,
+        cpu_count=cpus.host if cpus else os.cpu_count() or 1,
         packages={name: installed_version(name) for name in pins},
         providers=_providers(),
         problems=problems,
-        usable_cpus=cpus.usable,
-        cpu_limits=cpus.describe(),
+        usable_cpus=cpus.usable if cpus else 0,
+        cpu_limits=cpus.describe() if cpus else "",
     )
     if show:
         print(result)

@@ -10,11 +10,12 @@ as a *checker error*: a bug in the course, not the learner's mistake. ``q1.refer
 executes the printed solution, which the tests use to prove that every solution passes its own
 checker, and that no checker crashes on answers of the wrong kind.
 
-Learner copies (``make student``: ``python -m labsupport.maintain.student``) call
-``hide_solutions()`` before importing the exercises, and a classroom can set
-``ONNX_LAB_SOLUTIONS=hidden`` for every kernel: then ``solution()`` and ``reference_answer()``
-reveal nothing. It keeps solutions out of sight, not secret: they ship in this package's source,
-which the notebooks need.
+Two levels of hiding. *Out of sight*: ``hide_solutions()`` (what the learner notebooks run first) or
+``ONNX_LAB_SOLUTIONS=hidden`` (a classroom setting) make ``solution()``, ``solution_code`` and
+``reference_answer()`` reveal nothing, although the source of these modules still holds the solutions.
+*Out of reach*: the learner copy of the course that ``make student`` writes
+(``python -m labsupport.maintain.student``) holds no solution text at all: its exercise modules pass
+``solution_code=None``, which this module treats as hidden.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ _hidden_in_this_kernel = False
 
 
 def hide_solutions() -> None:
-    """Switch ``solution()`` and ``reference_answer()`` off in this kernel (what learner copies run first)."""
+    """Switch ``solution()``, ``solution_code`` and ``reference_answer()`` off in this kernel (what learner copies run first)."""
     global _hidden_in_this_kernel
     _hidden_in_this_kernel = True
 
@@ -77,6 +78,9 @@ def hide_solutions() -> None:
 def solutions_hidden() -> bool:
     """True after ``hide_solutions()``, or when ``$ONNX_LAB_SOLUTIONS`` is ``hidden`` (a classroom setting)."""
     return _hidden_in_this_kernel or os.environ.get(SOLUTIONS_VARIABLE, "").strip().lower() == "hidden"
+
+
+_SWITCHED_OFF = "solutions are switched off in this copy of the course (hide_solutions / $ONNX_LAB_SOLUTIONS / a learner copy)"
 
 
 CORRECT, INCORRECT, NOT_ATTEMPTED, CHECKER_ERROR = "correct", "incorrect", "not attempted", "checker error"
@@ -204,23 +208,32 @@ class Exercise:
 
     ``checker(answer)`` raises ``Incorrect("reason")`` for a wrong answer and returns normally
     (optionally a short success note) for a right one. ``solution_code`` is Python that assigns
-    ``answer``; it is printed by ``solution()`` and executed by ``reference_answer()``.
+    ``answer``; it is printed by ``solution()`` and executed by ``reference_answer()``. ``None`` means
+    that this copy of the course holds no solution (a learner copy).
     """
 
-    def __init__(self, number: int, title: str, checker: Callable[[Any], str | None], hint: str, solution_code: str):
+    def __init__(self, number: int, title: str, checker: Callable[[Any], str | None], hint: str, solution_code: str | None):
         self.number = number
         self.title = title
         self._checker = checker
         self._hint = hint.strip()
-        self._solution = textwrap.dedent(solution_code).strip()
+        self._solution = None if solution_code is None else textwrap.dedent(solution_code).strip()
 
     def __repr__(self) -> str:
         return f"Exercise {self.number}: {self.title}"
 
+    def _solution_shown(self) -> bool:
+        return self._solution is not None and not solutions_hidden()
+
+    def _shown_solution(self) -> str:
+        if not self._solution_shown():
+            raise RuntimeError(_SWITCHED_OFF)
+        return self._solution
+
     @property
     def solution_code(self) -> str:
-        """The reference solution's source (for python -m labsupport.maintain.student's solution copies; not shown in notebooks)."""
-        return self._solution
+        """The reference solution's source; raises while solutions are hidden (see the module's docstring)."""
+        return self._shown_solution()
 
     def evaluate(self, answer: object) -> Outcome:
         """Check an answer and return the Outcome without printing.
@@ -248,7 +261,8 @@ class Exercise:
         outcome = self.evaluate(answer)
         print(f"Exercise {self.number} ({self.title}): {_MARKS[outcome.status]}: {outcome.message}")
         if outcome.status in (INCORRECT, NOT_ATTEMPTED):
-            print(f"   Stuck? q{self.number}.hint() gives a hint, q{self.number}.solution() the answer.")
+            solution = f", q{self.number}.solution() the answer" if self._solution_shown() else ""
+            print(f"   Stuck? q{self.number}.hint() gives a hint{solution}.")
 
     def hint(self) -> None:
         """Print the hint."""
@@ -256,7 +270,7 @@ class Exercise:
 
     def solution(self) -> None:
         """Print the reference solution (Python code that assigns ``answer``), unless solutions are hidden."""
-        if solutions_hidden():
+        if not self._solution_shown():
             print(
                 f"Solutions are switched off in this copy of the course; q{self.number}.hint() helps, and your teacher has the solutions."
             )
@@ -265,13 +279,18 @@ class Exercise:
 
     def reference_answer(self) -> Any:
         """Execute the reference solution in a fresh namespace and return its ``answer``."""
-        if solutions_hidden():
-            raise RuntimeError("solutions are switched off in this copy of the course (hide_solutions / $ONNX_LAB_SOLUTIONS)")
         namespace: dict[str, Any] = {}
-        exec(compile(self._solution, f"<solution to exercise {self.number}>", "exec"), namespace)
+        exec(compile(self._shown_solution(), f"<solution to exercise {self.number}>", "exec"), namespace)
         if "answer" not in namespace:
             raise RuntimeError(f"the solution of exercise {self.number} does not assign `answer`")
         return namespace["answer"]
+
+
+def _solution_source(exercise: Exercise) -> str:
+    """The reference solution whatever the switch says: labsupport.maintain.student writes the teacher's key with it."""
+    if exercise._solution is None:
+        raise ValueError(f"exercise {exercise.number}: this copy of the course holds no solution (a learner copy)")
+    return exercise._solution
 
 
 def all_exercises() -> Iterator[tuple[str, Exercise]]:

@@ -1,5 +1,7 @@
-"""Maintainer tools (not used by the notebooks): navigation cells, classroom copies, environment files, the docs site check.
+"""Maintainer and teacher tools (not used by the notebooks): navigation cells, environment files, the docs site's
+links and check, the learner copy of the course, the classroom hub.
 
-Run them as modules: ``python -m labsupport.maintain.navigation``, ``python -m labsupport.maintain.student``,
-``python -m labsupport.maintain.sync_environment``; ``docs/conf.py`` imports ``sitecheck``.
+Run them as modules: ``python -m labsupport.maintain.navigation``, ``python -m labsupport.maintain.student``
+(``make student``), ``python -m labsupport.maintain.hub`` (``make hub``), ``python -m labsupport.maintain.sync_environment``;
+``docs/conf.py`` imports ``sitecheck``.
 """

@@ -15,10 +15,12 @@ PIP_OPTIONS = {"binder/environment.yml": ["--extra-index-url https://download.py
 HEADERS = {
     "environment.yml": [
         "# ONNX Lab for conda users:  conda env create -f environment.yml && conda activate onnx-lab",
-        "#   then, in the repo root:  pip install --no-deps -e .  &&  jupyter lab notebooks/00_start_here.ipynb",
+        "#   then, in the repo root, labsupport and the deploy packages that notebooks 00, 08, 09 and 13 import:",
+        "#   pip install --no-deps -e . -e deploy/service -e deploy/web  &&  jupyter lab notebooks/00_start_here.ipynb",
     ],
     "binder/environment.yml": [
-        "# Binder (repo2docker reads only binder/ when it exists); binder/postBuild installs labsupport.",
+        "# Binder (repo2docker reads only binder/ when it exists): it updates its base environment with these pins,",
+        "# then binder/postBuild installs labsupport and the deploy packages (tests/integration/test_binder.py).",
     ],
 }
 

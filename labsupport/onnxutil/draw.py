@@ -4,16 +4,18 @@ Introduced in notebook 01 and used wherever a notebook shows a graph (02, 03, 06
 needs Graphviz's ``dot`` program (``make`` and Binder install it; by hand: ``apt-get install
 graphviz``, ``conda install graphviz`` or ``brew install graphviz``) and returns a ``GraphDrawing``,
 which a notebook shows as SVG. ``view_in_netron`` serves a model to Netron's interactive viewer on
-this machine; it needs no network. Both read paths without their external data, so large models
-draw quickly.
+this machine; it needs no network. On JupyterHub or Binder it returns the viewer's address through the
+hub. Both read paths without their external data, so large models draw quickly.
 """
 
 from __future__ import annotations
 
 import contextlib
 import html
+import importlib.util
 import logging
 import os
+import re
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field
@@ -258,16 +260,40 @@ def draw(model: ModelLike, *, max_nodes: int = 40, show_shapes: bool = True, tit
     return GraphDrawing(heading, len(nodes), len(graph.node), dot.source)
 
 
+HUB_PREFIX_VARIABLE = "JUPYTERHUB_SERVICE_PREFIX"  # set for every server JupyterHub starts, Binder's included
+NOT_THROUGH_THE_HUB = (
+    "this kernel runs on a JupyterHub or Binder server, whose 127.0.0.1 is not your computer: Netron's viewer "
+    "would be out of your browser's reach, and jupyter-server-proxy, which forwards it through the hub, is not "
+    "installed here (pip install jupyter-server-proxy, then restart your server). Meanwhile: draw(model) shows "
+    "the graph here, or download the .onnx file from the file browser and open it at https://netron.app."
+)
+
+
+def _address_for_the_browser(port: int) -> str:
+    """Where the learner's browser reaches a server on this machine's ``port``: loopback, or through the hub."""
+    prefix = os.environ.get(HUB_PREFIX_VARIABLE)
+    if prefix is None:
+        return f"http://127.0.0.1:{port}"
+    if importlib.util.find_spec("jupyter_server_proxy") is None:
+        raise RuntimeError(NOT_THROUGH_THE_HUB)
+    return f"{os.environ.get('JUPYTERHUB_HOST', '')}{prefix.rstrip('/')}/proxy/{port}/"
+
+
 def view_in_netron(model: ModelLike, *, port: int = 0) -> str:
     """Serve ``model`` to Netron's interactive viewer on this machine and return the URL to open (notebook 01).
 
     Netron (the ``netron`` package) runs in a thread of this Python process, on 127.0.0.1 at a free
     port it picks itself (or ``port``), and works offline: its web page ships in the package. No
-    browser is opened: open the URL in a browser on the same machine (``make lab`` runs there).
+    browser is opened: open the URL in a browser on the same machine (``make lab`` runs there). On
+    JupyterHub or Binder the kernel runs elsewhere, so the URL is the viewer's path through the hub
+    (``/user/NAME/proxy/PORT/``, jupyter-server-proxy), to open in the browser tab's own site; without
+    jupyter-server-proxy it raises and says what to do instead.
     A ModelProto is saved under ``artifacts/netron/`` first. ``stop_netron(url)`` stops it.
     """
     import netron
 
+    if os.environ.get(HUB_PREFIX_VARIABLE) is not None:
+        _address_for_the_browser(0)  # refuse before serving what the browser could not reach
     if isinstance(model, onnx.ModelProto):
         from labsupport.course.paths import artifact
 
@@ -280,14 +306,23 @@ def view_in_netron(model: ModelLike, *, port: int = 0) -> str:
     silence = logging.NullHandler()  # netron.serve() configures logging for the whole process when nothing is set up
     root.addHandler(silence)
     try:
-        host, bound = netron.serve(str(path), None, address=("127.0.0.1", port), browse=False)
+        _, bound = netron.serve(str(path), None, address=("127.0.0.1", port), browse=False)
     finally:
         root.removeHandler(silence)
-    return f"http://{host}:{bound}"
+    return _address_for_the_browser(bound)
+
+
+def _port_of(url: str) -> int:
+    """The port of a URL that ``view_in_netron`` returned: ``http://127.0.0.1:PORT`` or ``.../proxy/PORT/``."""
+    through_hub = re.search(r"/proxy/(\d+)/?$", url)
+    port = int(through_hub.group(1)) if through_hub else urlparse(url).port
+    if port is None:
+        raise ValueError(f"not a Netron address from view_in_netron: {url!r}")
+    return port
 
 
 def stop_netron(url: str | None = None) -> None:
     """Stop the Netron viewer started at ``url`` by ``view_in_netron`` (every one of them when ``url`` is None)."""
     import netron
 
-    netron.stop(None if url is None else ("127.0.0.1", urlparse(url).port))
+    netron.stop(None if url is None else ("127.0.0.1", _port_of(url)))

@@ -1,15 +1,18 @@
 """The course website (`make docs`): it builds without a warning, and Chromium shows every notebook.
 
-The site is built once per module, exactly as `make docs` builds it (docs/build.py), into a
-temporary folder. The browser test serves it on 127.0.0.1 and refuses every request to another
-host: the site must work offline.
+The site is built once per module, exactly as `make docs SITE_REPOSITORY=... SITE_BRANCH=... SITE_HUB=...`
+builds it (docs/build.py), into a temporary folder. The browser test serves it on 127.0.0.1 and refuses
+every request to another host: the site must work offline. The launch links (Binder, the hub, the source)
+are clicked too: their targets are answered by the test itself, so what is checked is where they lead.
 """
 
 from __future__ import annotations
 
 import functools
+import html
 import http.server
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -24,13 +27,16 @@ from labsupport.maintain import navigation, sitecheck
 ROOT = repo_root()
 
 NOTEBOOKS = [name for _, name, _ in navigation.course_map()]
+LAUNCH = sitecheck.Launch("https://github.com/example-school/onnx-lab-class", "spring", "https://hub.example-school.edu")
+CLICKED = "06_quantization.ipynb"  # the page whose launch links the browser follows
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("docs") / "site"
+    settings = ["--repository", LAUNCH.repository, "--branch", LAUNCH.branch, "--hub-url", LAUNCH.hub]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "docs" / "build.py"), str(folder)], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, str(ROOT / "docs" / "build.py"), str(folder), *settings], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, f"make docs failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     assert "WARNING" not in done.stdout + done.stderr, done.stderr[-5000:]
@@ -63,6 +69,27 @@ def test_the_site_has_a_landing_page_and_a_page_per_notebook(site):
         assert f'href="notebooks/{page.name}"' in readme, f"{name} is missing from the navigation"
     assert (site / "search.html").is_file() and (site / "searchindex.js").is_file()
     assert sitecheck.broken_references(site) == []
+    assert (
+        'href="http://127.0.0.1' not in readme
+        and '<code class="docutils literal notranslate"><span class="pre">http://127.0.0.1:8000</span>' in readme
+    )
+
+
+def _launch_hrefs(page: str) -> list[str]:
+    bar = re.search(r'<nav class="onnx-lab-launch".*?</nav>', page, re.S)
+    assert bar, "no launch links on the page"
+    return [html.unescape(href) for href in re.findall(r'href="([^"]+)"', bar.group(0))]
+
+
+def test_each_notebook_page_runs_downloads_and_shows_its_notebook_without_test_markers(site):
+    for name in NOTEBOOKS:
+        page = (site / "notebooks" / name.replace(".ipynb", ".html")).read_text(encoding="utf-8")
+        assert _launch_hrefs(page) == [href for _, href in LAUNCH.links(name)], name
+        assert (site / "notebooks" / name).read_bytes() == (ROOT / "notebooks" / name).read_bytes(), (
+            "the download is the committed notebook"
+        )
+        assert "NBVAL_" not in page, f"{name}: a test marker is shown"
+    assert any("NBVAL_IGNORE_OUTPUT" in (ROOT / "notebooks" / name).read_text() for name in NOTEBOOKS), "the notebooks do hold markers"
 
 
 def test_landing_page_drops_remote_pictures_and_adds_the_course_map():
@@ -126,10 +153,14 @@ def test_chromium_shows_each_notebook_with_its_title_outputs_and_pictures(served
 
     outside: list[str] = []
     errors: list[str] = []
+    launch_hosts = {urlsplit(href).hostname for _, href in LAUNCH.links(CLICKED)} - {None}
 
     def only_loopback(route):
-        if urlsplit(route.request.url).hostname == "127.0.0.1":
+        host = urlsplit(route.request.url).hostname
+        if host == "127.0.0.1":
             route.continue_()
+        elif host in launch_hosts and route.request.resource_type == "document":  # a click on a launch link, answered here
+            route.fulfill(status=200, content_type="text/html", body="<title>launch target</title>")
         else:
             outside.append(route.request.url)
             route.abort()
@@ -158,6 +189,20 @@ def test_chromium_shows_each_notebook_with_its_title_outputs_and_pictures(served
                 assert unloaded == [], f"{name}: pictures that did not load: {unloaded}"
                 if name.startswith("06_"):
                     page.screenshot(path=str(artifact("docs_site.png")))
+
+            page.goto(served + "notebooks/" + CLICKED.replace(".ipynb", ".html"))
+            for label, href in LAUNCH.links(CLICKED):
+                link = page.get_by_role("link", name=label, exact=True)
+                if href == CLICKED:
+                    with page.expect_download() as download:
+                        link.click()
+                    assert Path(download.value.path()).read_bytes() == (ROOT / "notebooks" / CLICKED).read_bytes()
+                    assert download.value.suggested_filename == CLICKED
+                    continue
+                link.click()
+                page.wait_for_url(href)
+                assert page.title() == "launch target", label
+                page.go_back()
 
             page.goto(served + "search.html?q=quantization")
             page.wait_for_selector("#search-results li a")

@@ -1,8 +1,8 @@
 """JupyterLab as a classroom expects it: binder/overrides.json, installed by `make` and by binder/postBuild.
 
 The overrides turn off the "official Jupyter news" prompt, the news feed and the update check (the
-requests JupyterLab would make to other sites) and the extension manager (PyPI), as defaults that a
-user can still change in the Settings Editor.
+requests JupyterLab would make to other sites) and the extension manager (PyPI), and shut a notebook's
+kernel down when it is closed, as defaults that a user can still change in the Settings Editor.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ TOKEN = "onnx-lab-settings-test"
 EXPECTED = {
     "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/extensionmanager-extension:plugin": {"enabled": False},
+    # closing a notebook shuts its kernel down: on Binder (2 GB) or a shared hub, kernels left running add up
+    "@jupyterlab/notebook-extension:tracker": {"kernelShutdown": True},
 }
 
 

@@ -90,3 +90,12 @@ def test_seed_everything_makes_numpy_repeatable():
     env.seed_everything(3)
     assert (np.random.rand(3) == first).all()
     assert paths.repo_root().is_dir()
+
+
+def test_report_names_missing_deploy_packages_and_how_to_install_them(monkeypatch):
+    real = env.installed_version
+    monkeypatch.setattr(env, "installed_version", lambda name: None if name == "onnx-service" else real(name))
+    monkeypatch.setattr(env, "cpu_budget", lambda: pytest.fail("onnx_service is missing: its CPU helper must not be imported"))
+    result = env.report(show=False)
+    assert result.problems == [f"onnx-service (deploy/service) is not installed; {env.DEPLOY_FIX}"]
+    assert "pip install --no-deps -e . -e deploy/service -e deploy/web" in env.DEPLOY_FIX and result.cpu_count >= 1
