@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from labsupport.exercises import Exercise, Incorrect
 
 KEYS = [f"user-{i}" for i in range(400)] + ["", "ünïcode", "a" * 100]
@@ -33,8 +35,23 @@ def _check_route(route) -> str:
     return "your routing agrees with the service on every key: a user always sees the same version"
 
 
+FIELDS = ("versions", "aliases", "challenger_percent", "shadow")
+
+
+def _as_sent(document):
+    """The document as the service receives it: through JSON (int keys become strings, numpy numbers do not pass)."""
+    try:
+        return json.loads(json.dumps(document))
+    except (TypeError, ValueError) as error:
+        raise Incorrect(f"the document must be JSON: use Python dicts, strings and ints ({error})") from None
+
+
 def _check_document(document) -> str:
     routing = _service_routing()
+    document = _as_sent(document)
+    unknown = sorted(set(document) - set(FIELDS)) if isinstance(document, dict) else []
+    if unknown:
+        raise Incorrect(f"unknown field(s) {unknown}: a routing document has only {list(FIELDS)}")
     try:
         versions, aliases, percent, shadow = routing._check_document(document)
     except routing.RoutingError as error:

@@ -45,3 +45,33 @@ def test_q2_rejects_wrong_routing_documents():
         outcome = q2.evaluate(document)
         assert outcome.status == "incorrect", name
         assert reason in outcome.message, (name, outcome.message)
+
+
+def test_q2_judges_the_document_as_the_service_receives_it():
+    import numpy as np
+
+    good = {"versions": VERSIONS, "aliases": {"champion": "2", "challenger": "3"}, "challenger_percent": 25, "shadow": "3"}
+    cases = {
+        # an invented field the service would ignore silently
+        "invented field": ({**good, "shadow_percent": 75}, "unknown field(s) ['shadow_percent']"),
+        # a typo: the service would read no percentage at all and turn the canary off
+        "typo": ({k: v for k, v in good.items() if k != "challenger_percent"} | {"challenger_precent": 25}, "challenger_precent"),
+        # int version names and alias values: over JSON the keys become strings and the values stay ints
+        "ints": (
+            {
+                "versions": {2: VERSIONS["2"], 3: VERSIONS["3"]},
+                "aliases": {"champion": 2, "challenger": 3},
+                "challenger_percent": 25,
+                "shadow": 3,
+            },
+            "would refuse",
+        ),
+        # a numpy integer cannot be sent as JSON
+        "numpy int": ({**good, "challenger_percent": np.int64(25)}, "must be JSON"),
+    }
+    for name, (document, reason) in cases.items():
+        outcome = q2.evaluate(document)
+        assert outcome.status == "incorrect", name
+        assert reason in outcome.message, (name, outcome.message)
+    assert q2.evaluate(good).status == "correct"
+    assert q2.evaluate({**good, "versions": {"3": VERSIONS["3"], "2": VERSIONS["2"]}}).status == "correct"  # order is free
