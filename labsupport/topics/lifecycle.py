@@ -33,7 +33,9 @@ from labsupport.onnxutil.sessions import open_session
 MODEL_NAME = "digits-classifier"
 EXPERIMENT = "onnx-lab-digits"
 CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous"
-ROLLED_BACK = "rolled_back"  # tag on a version that a rollback took out of production
+ROLLED_BACK = "rolled_back"
+# what MLflow's pyfunc flavour opens the model with; its default lists CUDAExecutionProvider first
+CPU_PROVIDER = "CPUExecutionProvider"  # tag on a version that a rollback took out of production
 FOLDER = "lifecycle"
 # MLflow reports usage unless told not to, and shows progress bars: both off, before mlflow is imported
 OFFLINE_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
@@ -200,7 +202,8 @@ def log_version(
     """Register ``model_path`` as a new version with its accuracy on ``split``, parity report, opset and sha256.
 
     The MLflow calls of notebook 13's first version: a run with the metric, parameters, parity report
-    and reference logits, ``mlflow.onnx.log_model``, ``mlflow.register_model`` and the version's tags.
+    and reference logits, ``mlflow.onnx.log_model`` (with a signature: the input and output contract),
+    ``mlflow.register_model`` and the version's tags.
     Returns the version number.
     """
     import onnx
@@ -212,7 +215,14 @@ def log_version(
         mlflow.log_params({"opset": facts["opset"], "sha256": facts["sha256"]})
         mlflow.log_dict(parity, "parity_report.json")
         mlflow.log_artifact(str(save_reference(registry, reference_logits)))
-        info = mlflow.onnx.log_model(onnx.load(str(model_path)), name="model", pip_requirements=pins(), save_as_external_data=False)
+        info = mlflow.onnx.log_model(
+            onnx.load(str(model_path)),
+            name="model",
+            signature=mlflow.models.infer_signature(split.images[:1], np.asarray(reference_logits[:1], dtype=np.float32)),
+            onnx_execution_providers=[CPU_PROVIDER],
+            pip_requirements=pins(),
+            save_as_external_data=False,
+        )
     with contextlib.redirect_stderr(io.StringIO()):  # "Successfully registered model ..." chatter
         registered = mlflow.register_model(info.model_uri, registry.name)
     for key, value in {**facts, "run_id": run.info.run_id}.items():
