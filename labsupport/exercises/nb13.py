@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from labsupport.exercises import Exercise, Incorrect
 
 KEYS = [f"user-{i}" for i in range(400)] + ["", "ünïcode", "a" * 100]
@@ -33,8 +35,23 @@ def _check_route(route) -> str:
     return "your routing agrees with the service on every key: a user always sees the same version"
 
 
+FIELDS = ("versions", "aliases", "challenger_percent", "shadow")
+
+
+def _as_sent(document):
+    """The document as the service receives it: through JSON (int keys become strings, numpy numbers do not pass)."""
+    try:
+        return json.loads(json.dumps(document))
+    except (TypeError, ValueError) as error:
+        raise Incorrect(f"the document must be JSON: use Python dicts, strings and ints ({error})") from None
+
+
 def _check_document(document) -> str:
     routing = _service_routing()
+    document = _as_sent(document)
+    unknown = sorted(set(document) - set(FIELDS)) if isinstance(document, dict) else []
+    if unknown:
+        raise Incorrect(f"unknown field(s) {unknown}: a routing document has only {list(FIELDS)}")
     try:
         versions, aliases, percent, shadow = routing._check_document(document)
     except routing.RoutingError as error:
@@ -48,6 +65,50 @@ def _check_document(document) -> str:
     if shadow != "3":
         raise Incorrect(f'the challenger should also run in shadow on the champion\'s traffic ("shadow": "3"), got {shadow!r}')
     return "the service accepts it: 25% of keys get version 3, and version 3 shadows the rest"
+
+
+class StoreUnreadable(RuntimeError):
+    """What a registry raises in exercise 3 when its database cannot be read."""
+
+
+# exercise 3: (what reading the champion gives or raises, the candidate's accuracy, the right answer, why)
+GATE_CASES = [
+    (None, 0.95, True, "there is no champion yet: only the 90% floor applies"),
+    (None, 0.85, False, "there is no champion and the candidate is below the 90% floor"),
+    (0.99, 0.985, True, "the candidate is half a point below the champion: within the 1-point budget"),
+    (0.99, 0.995, True, "the candidate beats the champion"),
+    (0.99, 0.975, False, "the candidate is 1.5 points below the champion"),
+    (0.905, 0.899, False, "the candidate is within 1 point of the champion but below the 90% floor"),
+    (StoreUnreadable("database is locked"), 0.99, False, "the champion could not be read (the store is locked)"),
+    (KeyError("accuracy"), 0.99, False, "the champion's record has no accuracy"),
+]
+
+
+def _reader(outcome):
+    def read_champion_accuracy():
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    return read_champion_accuracy
+
+
+def _check_gate(may_promote) -> str:
+    if not callable(may_promote):
+        raise Incorrect("expected a function may_promote(read_champion_accuracy, candidate_accuracy) -> True or False")
+    for champion, candidate, want, why in GATE_CASES:
+        try:
+            got = may_promote(_reader(champion), candidate)
+        except Exception as error:
+            raise Incorrect(
+                f"may_promote raised {type(error).__name__}: {error} when {why}; a gate that fails closed answers False instead"
+            ) from None
+        if got is not True and got is not False:
+            raise Incorrect(f"may_promote must return True or False, got {got!r}")
+        if got != want:
+            verdict = "promote" if got else "refuse"
+            raise Incorrect(f"may_promote said {verdict} when {why}: the answer is {want}")
+    return "your gate refuses whenever the champion cannot be read: it fails closed"
 
 
 q1 = Exercise(
@@ -84,4 +145,24 @@ q2 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2]
+q3 = Exercise(
+    3,
+    "a gate that fails closed",
+    _check_gate,
+    hint=(
+        "Call read_champion_accuracy() inside try/except Exception: any error means False. "
+        "Then: candidate >= 0.9, and if the champion is not None, candidate >= champion - 0.01."
+    ),
+    solution_code="""
+        def answer(read_champion_accuracy, candidate_accuracy):
+            try:
+                champion = read_champion_accuracy()
+            except Exception:
+                return False  # could not read the champion: refuse
+            if candidate_accuracy < 0.9:
+                return False
+            return champion is None or candidate_accuracy >= champion - 0.01
+    """,
+)
+
+EXERCISES = [q1, q2, q3]

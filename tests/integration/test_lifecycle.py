@@ -61,28 +61,86 @@ def test_versions_carry_their_facts_and_load_back_by_alias(registry, split):
     assert proto.SerializeToString() == registry.model_path(built["optimized"]).read_bytes()
 
 
-def test_gate_refuses_parity_accuracy_and_latency_failures(registry, split, tmp_path, reference):
-    budgets = lifecycle.Budgets(max_latency_ms=50.0)
-    assert lifecycle.promote(registry, registry.built["cnn"], split, budgets).passed
+def test_gate_refuses_parity_accuracy_and_latency_failures(registry, split):
+    budgets = lifecycle.Budgets()
+    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, registry.built["cnn"])
     broken = lifecycle.gate(registry, registry.built["mislabeled"], split, budgets)
     assert not broken.passed and [c.name for c in broken.checks if not c.passed] == ["parity", "accuracy"]
-    assert "REFUSED" in str(broken) and "FAIL parity" in str(broken)
-    # a version that is right but too slow for its budget
-    slow = lifecycle.gate(registry, registry.built["optimized"], split, lifecycle.Budgets(max_latency_ms=1e-6))
+    assert "REFUSED" in str(broken) and "FAIL parity" in str(broken) and "champion version 1 on the same split" in str(broken)
+    # a version that is right but slower than the champion allows (the budget is a ratio to the champion's latency)
+    slow = lifecycle.gate(registry, registry.built["optimized"], split, lifecycle.Budgets(max_latency_ratio=1e-3))
     assert [c.name for c in slow.checks if not c.passed] == ["latency"]
+    assert "x champion version 1's" in str(slow)
     refused = lifecycle.promote(registry, registry.built["mislabeled"], split, budgets)
     assert not refused.passed and registry.version_of(lifecycle.CHAMPION) == registry.built["cnn"]  # the alias did not move
 
 
-def test_promote_then_roll_back_moves_the_aliases(registry, split):
-    budgets = lifecycle.Budgets(max_latency_ms=50.0)
-    cnn, optimized = registry.built["cnn"], registry.built["optimized"]
+def test_the_gate_re_measures_the_champion_on_the_gate_split(registry, split):
+    cnn = registry.built["cnn"]
     registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, cnn)
-    assert lifecycle.promote(registry, optimized, split, budgets).passed
+    logged = registry.tags(cnn)["accuracy"]
+    # a champion tag claiming 100%: the gate must not believe it, it re-runs the champion on the same split
+    registry.client.set_model_version_tag(registry.name, cnn, "accuracy", "1.000000")
+    try:
+        report = lifecycle.gate(registry, registry.built["optimized"], split)
+    finally:
+        registry.client.set_model_version_tag(registry.name, cnn, "accuracy", logged)
+    assert report.passed, str(report)
+
+
+def test_the_gate_fails_closed_when_the_store_cannot_be_read(registry, split, monkeypatch):
+    from mlflow.exceptions import MlflowException
+
+    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, registry.built["cnn"])
+
+    def locked(*args, **kwargs):
+        raise MlflowException("(sqlite3.OperationalError) database is locked")
+
+    monkeypatch.setattr(registry.client, "get_registered_model", locked)
+    report = lifecycle.promote(registry, registry.built["optimized"], split)
+    assert not report.passed and [c.name for c in report.checks] == ["records"]
+    assert "database is locked" in str(report)
+    monkeypatch.undo()
+    assert registry.version_of(lifecycle.CHAMPION) == registry.built["cnn"]  # nothing moved
+
+
+def test_the_gate_fails_closed_when_the_champion_has_no_evidence(registry, split, monkeypatch):
+    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, registry.built["cnn"])
+    real_tags = registry.tags
+    monkeypatch.setattr(registry, "tags", lambda version: {} if version == registry.built["cnn"] else real_tags(version))
+    report = lifecycle.gate(registry, registry.built["optimized"], split)
+    assert not report.passed and "IntegrityError: version 1" in str(report)
+
+
+def test_a_tampered_registered_file_is_refused(tmp_path, split, reference):
+    registry = lifecycle.open_registry(tmp_path / "store", fresh=True)
+    version = lifecycle.log_version(registry, ensure_digits_cnn(), reference, split, "digits CNN")
+    path = registry.model_path(version)
+    path.write_bytes(path.read_bytes() + b"\0")  # one byte appended after registration
+    with pytest.raises(lifecycle.IntegrityError, match=r"version 1: the registered file's sha256 is .* the registry recorded [0-9a-f]{64}"):
+        registry.model_path(version)
+    report = lifecycle.gate(registry, version, split)
+    assert not report.passed and "sha256" in str(report)
+    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, version)
+    with pytest.raises(lifecycle.IntegrityError):
+        lifecycle.load_by_alias(registry, lifecycle.CHAMPION)
+    with pytest.raises(lifecycle.IntegrityError):
+        lifecycle.routing_document(registry)
+
+
+def test_promote_then_roll_back_to_a_named_version_through_the_gate(registry, split):
+    cnn, optimized, mislabeled = registry.built["cnn"], registry.built["optimized"], registry.built["mislabeled"]
+    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, cnn)
+    assert lifecycle.promote(registry, optimized, split).passed
     assert (registry.version_of(lifecycle.CHAMPION), registry.version_of(lifecycle.PREVIOUS)) == (optimized, cnn)
-    assert lifecycle.rollback(registry) == cnn
-    assert (registry.version_of(lifecycle.CHAMPION), registry.version_of(lifecycle.PREVIOUS)) == (cnn, optimized)
+    assert not lifecycle.rollback(registry, mislabeled, split).passed  # a rollback target passes the gate too
+    assert registry.version_of(lifecycle.CHAMPION) == optimized
+    assert lifecycle.rollback(registry, cnn, split).passed
+    assert (registry.version_of(lifecycle.CHAMPION), registry.version_of(lifecycle.PREVIOUS)) == (cnn, None)
+    assert lifecycle.rollback(registry, cnn, split).passed  # again: not a toggle, the champion stays
+    assert registry.version_of(lifecycle.CHAMPION) == cnn
     rows = {row["version"]: row for row in lifecycle.version_table(registry)}
+    assert rows[optimized]["rolled back"] == "yes" and rows[cnn]["rolled back"] == "-"
     assert "champion" in rows[cnn]["aliases"] and rows["3"]["parity"] == "failed"
 
 
@@ -95,6 +153,14 @@ def test_routing_document_and_push_to_the_service(registry, split):
     with serving.start(registry.model_path(lifecycle.CHAMPION), admin_token=TOKEN) as service:
         served = lifecycle.push_routing(service.url, TOKEN, document)
         assert served["aliases"] == document["aliases"] and served["challenger_percent"] == 20
+        assert "every file with its registered sha256" in lifecycle.verify_served(registry, served)
+        registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, registry.built["optimized"])
+        with pytest.raises(lifecycle.IntegrityError, match="the service routes"):  # moved in the registry, never pushed
+            lifecycle.verify_served(registry, served)
+        registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, registry.built["cnn"])
+        tampered = {**served, "versions": {**served["versions"], "1": {**served["versions"]["1"], "sha256": "0" * 64}}}
+        with pytest.raises(lifecycle.IntegrityError, match="loaded version 1 with sha256 0000"):
+            lifecycle.verify_served(registry, tampered)
         answer = httpx.post(service.url + "/predict", json=serving.payload(split.images[:3]), headers={"x-request-key": "k"}).json()
         assert answer["version"] in {"1", "2"} and len(answer["predictions"]) == 3
         with pytest.raises(RuntimeError, match="refused the routing \\(401\\)"):

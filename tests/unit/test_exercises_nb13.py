@@ -45,3 +45,94 @@ def test_q2_rejects_wrong_routing_documents():
         outcome = q2.evaluate(document)
         assert outcome.status == "incorrect", name
         assert reason in outcome.message, (name, outcome.message)
+
+
+def test_q2_judges_the_document_as_the_service_receives_it():
+    import numpy as np
+
+    good = {"versions": VERSIONS, "aliases": {"champion": "2", "challenger": "3"}, "challenger_percent": 25, "shadow": "3"}
+    cases = {
+        # an invented field the service would ignore silently
+        "invented field": ({**good, "shadow_percent": 75}, "unknown field(s) ['shadow_percent']"),
+        # a typo: the service would read no percentage at all and turn the canary off
+        "typo": ({k: v for k, v in good.items() if k != "challenger_percent"} | {"challenger_precent": 25}, "challenger_precent"),
+        # int version names and alias values: over JSON the keys become strings and the values stay ints
+        "ints": (
+            {
+                "versions": {2: VERSIONS["2"], 3: VERSIONS["3"]},
+                "aliases": {"champion": 2, "challenger": 3},
+                "challenger_percent": 25,
+                "shadow": 3,
+            },
+            "would refuse",
+        ),
+        # a numpy integer cannot be sent as JSON
+        "numpy int": ({**good, "challenger_percent": np.int64(25)}, "must be JSON"),
+    }
+    for name, (document, reason) in cases.items():
+        outcome = q2.evaluate(document)
+        assert outcome.status == "incorrect", name
+        assert reason in outcome.message, (name, outcome.message)
+    assert q2.evaluate(good).status == "correct"
+    assert q2.evaluate({**good, "versions": {"3": VERSIONS["3"], "2": VERSIONS["2"]}}).status == "correct"  # order is free
+
+
+def test_q3_rejects_gates_that_fail_open_or_miss_a_rule():
+    from labsupport.exercises.nb13 import q3
+
+    def fail_open(read, candidate):  # an unreadable champion treated as "no champion"
+        try:
+            champion = read()
+        except Exception:
+            champion = None
+        return candidate >= 0.9 and (champion is None or candidate >= champion - 0.01)
+
+    def crashes(read, candidate):  # lets the store's error through
+        champion = read()
+        return candidate >= 0.9 and (champion is None or candidate >= champion - 0.01)
+
+    def catches_one_error(read, candidate):  # only the store's error: a missing record still crashes
+        try:
+            champion = read()
+        except RuntimeError:
+            return False
+        return candidate >= 0.9 and (champion is None or candidate >= champion - 0.01)
+
+    def no_floor(read, candidate):
+        try:
+            champion = read()
+        except Exception:
+            return False
+        return champion is None or candidate >= champion - 0.01
+
+    def points_not_fractions(read, candidate):  # "1 point" read as 1.0
+        try:
+            champion = read()
+        except Exception:
+            return False
+        return candidate >= 0.9 and (champion is None or candidate >= champion - 1)
+
+    def no_champion_rule(read, candidate):
+        try:
+            read()
+        except Exception:
+            return False
+        return candidate >= 0.9
+
+    def yes_no(read, candidate):
+        return "yes"
+
+    cases = {
+        fail_open: "could not be read",
+        crashes: "a gate that fails closed answers False",
+        catches_one_error: "raised KeyError",
+        no_floor: "below the 90% floor",
+        points_not_fractions: "1.5 points below",
+        no_champion_rule: "1.5 points below",
+        yes_no: "True or False",
+    }
+    for wrong, reason in cases.items():
+        outcome = q3.evaluate(wrong)
+        assert outcome.status == "incorrect", wrong.__name__
+        assert reason in outcome.message, (wrong.__name__, outcome.message)
+    assert q3.evaluate(q3.reference_answer()).status == "correct"
