@@ -161,6 +161,16 @@ def _check_model(model) -> str:
         )
     if not {"QuantizeLinear", "DequantizeLinear"} <= ops:
         raise Incorrect("the file at dst has no QuantizeLinear/DequantizeLinear nodes: quantize it with quantize_static (QDQ format)")
+    if "Gemm" not in ops:
+        raise Incorrect("the file has no Gemm layer: quantize the model quantize_mlp is given at src (the pre-processed MLP)")
+    constants = {t.name: t for t in model.graph.initializer}
+    weight_scales = [
+        numpy_helper.to_array(constants[node.input[1]])
+        for node in model.graph.node
+        if node.op_type == "DequantizeLinear" and node.input[0] in constants and constants[node.input[0]].data_type == TensorProto.INT8
+    ]
+    if weight_scales and all(scale.size == 1 for scale in weight_scales):
+        raise Incorrect("every weight has a single scale: quantize per channel (per_channel=True), as the exercise asks")
     dequantized = {node.input[0] for node in model.graph.node if node.op_type == "DequantizeLinear"}
     weights = [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == TensorProto.INT8 and t.name in dequantized]
     if weights and max(int(np.abs(w.astype(np.int32)).max()) for w in weights) > 64:

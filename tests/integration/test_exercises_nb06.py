@@ -12,6 +12,7 @@ from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, Q
 from labsupport.course.data import load_digits
 from labsupport.exercises import CORRECT, INCORRECT
 from labsupport.exercises.nb06 import BROKEN_PERCENTILE, RESTORE_THRESHOLD, float_compute_nodes, mlp_preprocessed, q1, q2, q3
+from labsupport.models.wide_mlp import ensure_digits_mlp
 from labsupport.topics import quantization as quant
 
 # ------------------------------------------------------------------ exercise 1
@@ -93,17 +94,23 @@ def test_q1_rejects_typical_wrong_readers(wrong, reason):
 
 
 def quantizer(
-    nodes=("node_matmul/MatMulAddFusion",), method=CalibrationMethod.Percentile, reduce_range=True, quant_format=QuantFormat.QDQ, split=None
+    nodes=("node_matmul/MatMulAddFusion",),
+    method=CalibrationMethod.Percentile,
+    reduce_range=True,
+    quant_format=QuantFormat.QDQ,
+    split=None,
+    per_channel=True,
+    source=None,
 ):
     """A learner's quantize_mlp(src, dst) with one choice made differently from the reference."""
 
     def quantize_mlp(src, dst):
         quantize_static(
-            src,
+            source or src,
             dst,
-            quant.reader_for(src, split=split),
+            quant.reader_for(source or src, split=split),
             quant_format=quant_format,
-            per_channel=True,
+            per_channel=per_channel,
             reduce_range=reduce_range,
             calibrate_method=method,
             extra_options={"CalibPercentile": BROKEN_PERCENTILE},
@@ -141,6 +148,8 @@ def test_q2_scenario_loses_accuracy_and_only_one_node_restores_it(tmp_path):
         (lambda: quantizer(quant_format=QuantFormat.QOperator, reduce_range=False), "QOperator"),  # accepted before (review 2)
         (lambda: quantizer(quant_format=QuantFormat.QOperator), "QOperator"),  # right node and 7 bits, wrong format
         (lambda: quantizer(split=load_digits().test), "never the test split"),  # calibrated on the test images
+        (lambda: quantizer(per_channel=False), "per_channel=True"),  # one scale per weight tensor
+        (lambda: quantizer(nodes=["node_matmul"], source=str(ensure_digits_mlp())), "at src"),  # the raw export, not src
         (lambda: shutil.copy, "no QuantizeLinear"),  # no quantization at all
         (lambda: lambda src, dst: None, "wrote nothing"),
         (lambda: "node_matmul/MatMulAddFusion", "your function"),  # the old answer: a node name
