@@ -65,10 +65,10 @@ def _nodes_reading_inputs(model: onnx.ModelProto) -> list[onnx.NodeProto]:
 
 
 def _computes_something_new(folded: onnx.ModelProto, original: dict[str, np.ndarray]) -> bool:
-    """True when one of the folded graph's initializers is not a value the original graph already held."""
-    known = list(original.values())
+    """True when one of the folded graph's initializers is not a value the original graph already held (in any shape)."""
+    known = [old.ravel() for old in original.values()]
     return any(
-        not any(value.shape == old.shape and np.array_equal(value, old) for old in known)
+        not any(np.array_equal(value.ravel(), old) for old in known)
         for value in (numpy_helper.to_array(t) for t in folded.graph.initializer)
     )
 
@@ -135,7 +135,7 @@ def _check_foldable(model) -> str:
     if not _computes_something_new(folded, _constant_values(model)):
         raise Incorrect(
             "the folded graph holds only values your graph already had: the constant nodes computed nothing "
-            "(Identity-like nodes are removed, not folded); transform the constants, e.g. with Transpose or Mul"
+            "(Identity passes them on, Reshape only changes their shape); transform the constants, e.g. with Transpose or Mul"
         )
     feeds = _random_feeds(model)
     with blame_answer("ONNX Runtime cannot run the model"):

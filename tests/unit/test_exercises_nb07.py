@@ -202,3 +202,18 @@ def test_q1_says_why_a_float16_graph_does_not_fold():
 def test_q3_success_message_recommends_loading_with_all():
     outcome = q3.evaluate(q3.reference_answer())
     assert outcome.status == CORRECT and "ORT_ENABLE_ALL" in outcome.message
+
+
+def test_q1_rejects_constants_that_are_only_reshaped():
+    shape = numpy_helper.from_array(np.array([4, 3], dtype=np.int64), "shape")
+    reshaped = _model(
+        [
+            helper.make_node("Reshape", ["W", "shape"], ["a"]),
+            helper.make_node("Identity", ["a"], ["b"]),
+            helper.make_node("MatMul", ["x", "b"], ["y"]),
+        ],
+        [W, shape],
+        y_shape=("N", 3),
+    )
+    outcome = q1.evaluate(reshaped)
+    assert outcome.status == INCORRECT and "Reshape only changes their shape" in outcome.message, outcome.message
