@@ -266,3 +266,14 @@ def test_ort_errors_keep_their_reason_without_the_cpp_location(message, reason):
 
 def test_error_summary_keeps_the_reason_of_a_long_ort_error():
     assert error_summary(RuntimeError(ORT_IR_ERROR)) == "Unsupported model IR version: 14, max supported IR version: 13"
+
+
+def test_an_ort_error_in_the_learners_code_keeps_its_reason():
+    exercise = Exercise(1, "runs", lambda function: function(), hint="", solution_code="answer = abs")
+
+    def answer():
+        raise RuntimeError(ORT_IR_ERROR)
+
+    outcome = exercise.evaluate(answer)
+    assert outcome.status == INCORRECT and "Unsupported model IR version: 14" in outcome.message
+    assert "onnxruntime_src" not in outcome.message
