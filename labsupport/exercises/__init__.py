@@ -186,7 +186,9 @@ def _learner_frame(error: BaseException, learner_code: set[CodeType]) -> str | N
 
 
 def _short_text(error: BaseException, limit: int = 400) -> str:
-    text = " ".join(str(error).split())
+    from labsupport.exercises.checks import without_ort_location  # checks imports this module
+
+    text = without_ort_location(" ".join(str(error).split()))
     return f"{type(error).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
 
 

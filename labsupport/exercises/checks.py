@@ -7,6 +7,7 @@ every step that runs or loads the learner's answer goes through these helpers or
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,9 +22,36 @@ if TYPE_CHECKING:
     import onnxruntime
 
 
+# ONNX Runtime's errors start with where in its C++ source they were raised: "[ONNXRuntimeError] : 1 : FAIL :
+# /onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(onnx::ModelProto&&, ...) Unsupported model IR version ..."
+_ORT_LOCATION = re.compile(r"(?:\[ONNXRuntimeError\] : \d+ : \w+ : )?\S+\.(?:cc|cpp|h|hpp):\d+ ")
+_CPP_SIGNATURE = re.compile(r"(?:[\w:<>*&~]+ )?[\w:<>~]+\(")
+
+
+def _after_parentheses(text: str) -> str:
+    """``text`` after the parenthesis that closes its first one (the end of a C++ parameter list)."""
+    depth = 0
+    for position, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == ")" and depth == 0:
+            return text[position + 1 :].lstrip()
+    return text
+
+
+def without_ort_location(text: str) -> str:
+    """An ONNX Runtime error message without its C++ source location and function signature: only the reason."""
+    location = _ORT_LOCATION.search(text)
+    if location is None:
+        return text
+    rest = text[location.end() :]
+    if _CPP_SIGNATURE.match(rest):
+        rest = _after_parentheses(rest)
+    return text[: location.start()] + rest
+
+
 def error_summary(error: BaseException, limit: int = 300) -> str:
-    """The first part of an error message on one line, without onnx's ``==> Context`` appendix."""
-    text = " ".join(str(error).split("==> Context")[0].split())
+    """The first part of an error message on one line, without onnx's ``==> Context`` appendix or ORT's C++ location."""
+    text = without_ort_location(" ".join(str(error).split("==> Context")[0].split()))
     return text[:limit] or type(error).__name__
 
 

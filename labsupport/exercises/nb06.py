@@ -16,6 +16,7 @@ BROKEN_PERCENTILE = 80.0  # exercise 2: Percentile calibration that clips the to
 RESTORE_THRESHOLD = 0.97
 MAX_BATCHES = 10_000
 COMPUTE_OPS = {"Gemm", "MatMul", "Conv"}
+QOPERATOR_OPS = {"QGemm", "QLinearMatMul", "QLinearConv", "MatMulInteger", "ConvInteger"}  # integer ops of the QOperator format
 
 
 # ------------------------------------------------------------------ exercise 1: a reader for the MLP
@@ -62,7 +63,8 @@ def _check_reader_class(reader_class) -> str:
     if not callable(reader_class) or is_instance:
         raise Incorrect("answer with the class itself (answer = MlpReader), not an instance: the checker makes several readers")
     digits = load_digits()
-    cases = [("calibration", digits.calibration, 60), ("test", digits.test, 20)]
+    # 27 divides the 540 test images but not the 180 calibration images: a divisibility test tied to one split fails it
+    cases = [("calibration", digits.calibration, 60), ("test", digits.test, 20), ("test", digits.test, 27)]
     for name, split, batch_size in cases:
         try:
             reader = reader_class(split, batch_size)
@@ -73,6 +75,11 @@ def _check_reader_class(reader_class) -> str:
         fed = _fed_rows(reader, batch_size)
         if name != "calibration" and _same_rows(fed, digits.calibration.flat):
             raise Incorrect(f"given the {name} split, the reader fed the calibration images: read the split it is given")
+        if len(fed) == len(split) and not _same_rows(fed, split.flat):
+            raise Incorrect(
+                f"given the {name} split, the reader fed {len(fed)} rows, as many as the split has, but not its rows: "
+                "feed split.flat's rows unchanged (no rescaling or reordering of the values in a row)"
+            )
         if not _same_rows(fed, split.flat):
             raise Incorrect(
                 f"given the {name} split ({len(split)} images) in batches of {batch_size}, the reader fed {len(fed)} rows, "
@@ -146,8 +153,24 @@ def _check_model(model) -> str:
     from onnx import TensorProto, numpy_helper
 
     ops = {node.op_type for node in model.graph.node}
+    qoperator = sorted(ops & QOPERATOR_OPS)
+    if qoperator:
+        raise Incorrect(
+            f"the file holds QOperator integer ops ({', '.join(qoperator)}): quantize in the QDQ format the exercise asks for "
+            "(quant_format=QuantFormat.QDQ, quantize_static's default)"
+        )
     if not {"QuantizeLinear", "DequantizeLinear"} <= ops:
         raise Incorrect("the file at dst has no QuantizeLinear/DequantizeLinear nodes: quantize it with quantize_static (QDQ format)")
+    if "Gemm" not in ops:
+        raise Incorrect("the file has no Gemm layer: quantize the model quantize_mlp is given at src (the pre-processed MLP)")
+    constants = {t.name: t for t in model.graph.initializer}
+    weight_scales = [
+        numpy_helper.to_array(constants[node.input[1]])
+        for node in model.graph.node
+        if node.op_type == "DequantizeLinear" and node.input[0] in constants and constants[node.input[0]].data_type == TensorProto.INT8
+    ]
+    if weight_scales and all(scale.size == 1 for scale in weight_scales):
+        raise Incorrect("every weight has a single scale: quantize per channel (per_channel=True), as the exercise asks")
     dequantized = {node.input[0] for node in model.graph.node if node.op_type == "DequantizeLinear"}
     weights = [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == TensorProto.INT8 and t.name in dequantized]
     if weights and max(int(np.abs(w.astype(np.int32)).max()) for w in weights) > 64:
@@ -164,8 +187,9 @@ def _check_model(model) -> str:
     shared = set(mine) & set(expected)
     if not shared or any(not np.isclose(mine[t], expected[t], rtol=1e-6) for t in shared):
         raise Incorrect(
-            f"the activation ranges are not those of Percentile calibration at {BROKEN_PERCENTILE:g}: keep "
-            f"calibrate_method=CalibrationMethod.Percentile, extra_options={{'CalibPercentile': {BROKEN_PERCENTILE}}} "
+            f"the activation ranges are not those of Percentile calibration at {BROKEN_PERCENTILE:g} on the calibration split: "
+            f"keep calibrate_method=CalibrationMethod.Percentile, extra_options={{'CalibPercentile': {BROKEN_PERCENTILE}}}, "
+            "and calibrate with quant.reader_for(src), which reads the calibration split (never the test split) "
             "(better calibration is the other remedy; this exercise practises nodes_to_exclude)"
         )
     return excluded[0]
@@ -204,6 +228,11 @@ def _check_int4_gb(value) -> str:
     truth = 13e9 * (4 + 16 / 32) / 8 / 1e9
     if abs(value - 13e9 * 4 / 8 / 1e9) < 0.05:
         raise Incorrect("that counts 4 bits per weight only; every block of 32 weights also stores a 16-bit scale")
+    if abs(value - 13e9 * (4 + 32 / 32) / 8 / 1e9) < 0.05:
+        raise Incorrect(
+            "that counts a 32-bit scale per block (5 bits per weight), as the INT4 file of section 12 stores for an FP32 model; "
+            "the question's scales are FP16: 16 bits per block of 32"
+        )
     if abs(value - truth * 1e9 / 2**30) < 0.05:
         raise Incorrect("that is GiB (2**30 bytes); the question asks for GB (1e9 bytes)")
     if abs(value - truth) > 0.05:

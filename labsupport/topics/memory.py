@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from numbers import Real
 
 BITS: dict[str, int] = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4}
-SCALE_BITS = 16  # one FP16 scale per block, as MatMulNBits and onnxruntime-genai store them
+SCALE_BITS = 16  # one FP16 scale per block: MatMulNBits stores scales in its float input type, FP16 for FP16 LLMs (FP32 models: 32)
 
 
 def _positive(label: str, value: object) -> float:

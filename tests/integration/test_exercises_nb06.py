@@ -7,11 +7,12 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, quantize_static
+from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
 
 from labsupport.course.data import load_digits
 from labsupport.exercises import CORRECT, INCORRECT
 from labsupport.exercises.nb06 import BROKEN_PERCENTILE, RESTORE_THRESHOLD, float_compute_nodes, mlp_preprocessed, q1, q2, q3
+from labsupport.models.wide_mlp import ensure_digits_mlp
 from labsupport.topics import quantization as quant
 
 # ------------------------------------------------------------------ exercise 1
@@ -73,9 +74,11 @@ def test_q1_the_right_class_passes_and_instances_do_not():
         (reader_class(fixed_split=load_digits().calibration), "read the split it is given"),  # hard-coded split
         (reader_class(rejects=lambda count, size: False), "must raise ValueError"),  # lets a ragged last batch through
         (reader_class(rejects=lambda count, size: size != 20), "but 60 divides"),  # only the batch size of the notebook
+        (reader_class(rejects=lambda count, size: 180 % size != 0), "but 27 divides"),  # the calibration split's size, hard-coded
+        (reader_class(layout=lambda split: split.flat / 16), "as many as the split has, but not its rows"),  # rescaled rows
         (reader_class(fixed_batch=20), "every batch must have batch_size=60"),  # ignores its batch_size
         (reader_class(layout=lambda split: split.flat[:-60]), "not each of its images"),  # part of the split
-        (reader_class(layout=lambda split: np.random.default_rng(0).random(split.flat.shape)), "not each of its images"),
+        (reader_class(layout=lambda split: np.random.default_rng(0).random(split.flat.shape)), "but not its rows"),
         (Endless, "never returned None"),
         (Empty, "no data"),
         ("MlpReader", "class itself"),
@@ -90,15 +93,24 @@ def test_q1_rejects_typical_wrong_readers(wrong, reason):
 # ------------------------------------------------------------------ exercise 2
 
 
-def quantizer(nodes=("node_matmul/MatMulAddFusion",), method=CalibrationMethod.Percentile, reduce_range=True):
+def quantizer(
+    nodes=("node_matmul/MatMulAddFusion",),
+    method=CalibrationMethod.Percentile,
+    reduce_range=True,
+    quant_format=QuantFormat.QDQ,
+    split=None,
+    per_channel=True,
+    source=None,
+):
     """A learner's quantize_mlp(src, dst) with one choice made differently from the reference."""
 
     def quantize_mlp(src, dst):
         quantize_static(
-            src,
+            source or src,
             dst,
-            quant.reader_for(src),
-            per_channel=True,
+            quant.reader_for(source or src, split=split),
+            quant_format=quant_format,
+            per_channel=per_channel,
             reduce_range=reduce_range,
             calibrate_method=method,
             extra_options={"CalibPercentile": BROKEN_PERCENTILE},
@@ -133,6 +145,11 @@ def test_q2_scenario_loses_accuracy_and_only_one_node_restores_it(tmp_path):
         (lambda: quantizer(nodes=[]), "every layer is quantized"),
         (lambda: quantizer(method=CalibrationMethod.MinMax), "Percentile calibration"),  # fixes calibration instead
         (lambda: quantizer(reduce_range=False), "reduce_range=True"),
+        (lambda: quantizer(quant_format=QuantFormat.QOperator, reduce_range=False), "QOperator"),  # accepted before (review 2)
+        (lambda: quantizer(quant_format=QuantFormat.QOperator), "QOperator"),  # right node and 7 bits, wrong format
+        (lambda: quantizer(split=load_digits().test), "never the test split"),  # calibrated on the test images
+        (lambda: quantizer(per_channel=False), "per_channel=True"),  # one scale per weight tensor
+        (lambda: quantizer(nodes=["node_matmul"], source=str(ensure_digits_mlp())), "at src"),  # the raw export, not src
         (lambda: shutil.copy, "no QuantizeLinear"),  # no quantization at all
         (lambda: lambda src, dst: None, "wrote nothing"),
         (lambda: "node_matmul/MatMulAddFusion", "your function"),  # the old answer: a node name
@@ -149,6 +166,7 @@ def test_q2_rejects_typical_wrong_answers(wrong, reason):
 
 def test_q3_rejects_common_mistakes():
     assert "16-bit scale" in q3.evaluate(6.5).message  # 4 bits only
+    assert "32-bit scale" in q3.evaluate(8.125).message  # FP32 scales, as the course's own INT4 file of an FP32 model
     assert "GiB" in q3.evaluate(13e9 * 4.5 / 8 / 2**30).message
     assert q3.evaluate(26.0).status == INCORRECT  # FP16
     assert q3.evaluate("7.3").status == INCORRECT

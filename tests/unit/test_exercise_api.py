@@ -19,7 +19,16 @@ from labsupport.exercises import (
     Incorrect,
     ____,
 )
-from labsupport.exercises.checks import answer_path, blame_answer, expect_close, expect_value, onnx_session, whole_number
+from labsupport.exercises.checks import (
+    answer_path,
+    blame_answer,
+    error_summary,
+    expect_close,
+    expect_value,
+    onnx_session,
+    whole_number,
+    without_ort_location,
+)
 from labsupport.models.contract import IR_VERSION, OPSET
 
 
@@ -227,3 +236,44 @@ def test_onnx_session_rejects_with_incorrect(tmp_path, answer, reason):
     assert message.startswith(reason) and "\n" not in message
     with pytest.raises(Incorrect, match=r"expected an ONNX ModelProto or a \.onnx path, got list"):
         onnx_session([])
+
+
+ORT_IR_ERROR = (
+    "[ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/onnxruntime/core/graph/model.cc:256 onnxruntime::Model::Model("
+    "onnx::ModelProto&&, const onnxruntime::PathString&, const onnxruntime::IOnnxRuntimeOpSchemaRegistryList*, "
+    "const onnxruntime::logging::Logger&, const onnxruntime::ModelOptions&) Unsupported model IR version: 14, max supported IR version: 13"
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        (ORT_IR_ERROR, "Unsupported model IR version: 14, max supported IR version: 13"),
+        (  # a location inside the message, with a return type and templates in the signature
+            "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running Mul node. Status Message: "
+            "/onnxruntime_src/onnxruntime/core/providers/cpu/math/element_wise_ops.h:666 void onnxruntime::BroadcastIterator::Append("
+            "ptrdiff_t, ptrdiff_t) axis == 1 || axis == largest was false. Attempting to broadcast",
+            "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running Mul node. Status Message: "
+            "axis == 1 || axis == largest was false. Attempting to broadcast",
+        ),
+        ("[ONNXRuntimeError] : 10 : INVALID_GRAPH : Load model failed: invalid model", None),  # no location: unchanged
+        ("model.cc:12 Loading failed (a file is missing)", "Loading failed (a file is missing)"),  # no signature: text kept
+    ],
+)
+def test_ort_errors_keep_their_reason_without_the_cpp_location(message, reason):
+    assert without_ort_location(message) == (reason or message)
+
+
+def test_error_summary_keeps_the_reason_of_a_long_ort_error():
+    assert error_summary(RuntimeError(ORT_IR_ERROR)) == "Unsupported model IR version: 14, max supported IR version: 13"
+
+
+def test_an_ort_error_in_the_learners_code_keeps_its_reason():
+    exercise = Exercise(1, "runs", lambda function: function(), hint="", solution_code="answer = abs")
+
+    def answer():
+        raise RuntimeError(ORT_IR_ERROR)
+
+    outcome = exercise.evaluate(answer)
+    assert outcome.status == INCORRECT and "Unsupported model IR version: 14" in outcome.message
+    assert "onnxruntime_src" not in outcome.message

@@ -163,3 +163,57 @@ def test_q3_rejects_a_file_saved_at_all_where_it_holds_layout_ops(tmp_path):
         pytest.skip("ORT gives this CPU (or this ONNX_LAB_KERNELS variant) no NCHWc layout: a file saved at ALL is portable here")
     outcome = q3.evaluate(_saver(ort.GraphOptimizationLevel.ORT_ENABLE_ALL))
     assert outcome.status == INCORRECT and "tied to this CPU" in outcome.message
+
+
+def _foldable(dtype=np.float32, elem_type=TensorProto.FLOAT, **stamps):
+    """The reference answer's graph, in ``dtype``; ``stamps`` go to make_model (none: onnx's newest IR version and opset)."""
+    weights = numpy_helper.from_array(np.arange(12, dtype=dtype).reshape(3, 4), "W")
+    half = numpy_helper.from_array(np.array(0.5, dtype=dtype), "half")
+    nodes = [
+        helper.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0]),
+        helper.make_node("Mul", ["Wt", "half"], ["Ws"]),
+        helper.make_node("MatMul", ["x", "Ws"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "foldable",
+        [helper.make_tensor_value_info("x", elem_type, ["N", 4])],
+        [helper.make_tensor_value_info("y", elem_type, ["N", 3])],
+        [weights, half],
+    )
+    return helper.make_model(graph, **stamps)
+
+
+def test_q1_accepts_a_right_model_made_with_plain_make_model_and_says_why_it_was_converted():
+    plain = _foldable()
+    assert plain.ir_version > IR_VERSION  # onnx stamps a newer IR version than ONNX Runtime reads
+    outcome = q1.evaluate(plain)
+    assert outcome.status == CORRECT, outcome.message
+    assert "IR version" in outcome.message and "opset_imports and ir_version" in outcome.message
+    assert "onnxruntime_src" not in outcome.message  # ORT's C++ location is stripped, its reason kept
+
+
+def test_q1_says_why_a_float16_graph_does_not_fold():
+    outcome = q1.evaluate(_foldable(np.float16, TensorProto.FLOAT16, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION))
+    assert outcome.status == INCORRECT
+    assert "Cast" in outcome.message and "float32" in outcome.message, outcome.message
+
+
+def test_q3_success_message_recommends_loading_with_all():
+    outcome = q3.evaluate(q3.reference_answer())
+    assert outcome.status == CORRECT and "ORT_ENABLE_ALL" in outcome.message
+
+
+def test_q1_rejects_constants_that_are_only_reshaped():
+    shape = numpy_helper.from_array(np.array([4, 3], dtype=np.int64), "shape")
+    reshaped = _model(
+        [
+            helper.make_node("Reshape", ["W", "shape"], ["a"]),
+            helper.make_node("Identity", ["a"], ["b"]),
+            helper.make_node("MatMul", ["x", "b"], ["y"]),
+        ],
+        [W, shape],
+        y_shape=("N", 3),
+    )
+    outcome = q1.evaluate(reshaped)
+    assert outcome.status == INCORRECT and "Reshape only changes their shape" in outcome.message, outcome.message
