@@ -13,14 +13,13 @@ code for real and compare it with ONNX Runtime in Python:
   page's picker (``web_demo_files`` makes what ``make web`` serves);
 * ``browser_classify`` drives Debian's Chromium headless with Playwright through that page;
 * ``convert_to_ort`` calls ``python -m onnxruntime.tools.convert_onnx_models_to_ort``;
-* ``mobile_usability`` runs ONNX Runtime's mobile usability checker (the code behind
-  ``python -m onnxruntime.tools.check_onnx_model_mobile_usability``) and returns its numbers.
+* ``mobile_usability`` runs ONNX Runtime's mobile usability checker
+  (``python -m onnxruntime.tools.check_onnx_model_mobile_usability``) and returns its numbers.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import shutil
@@ -481,33 +480,18 @@ def parse_usability_report(lines: Sequence[str]) -> list[Usability]:
     return [Usability(**found[name]) for name in USABILITY_PROVIDERS]
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.extend(record.getMessage().splitlines())
-
-
-def mobile_usability(model_path: str | os.PathLike[str]) -> list[Usability]:
+def mobile_usability(model_path: str | os.PathLike[str], timeout: float = 300) -> list[Usability]:
     """How many nodes NNAPI and CoreML could take, by ONNX Runtime's mobile usability checker (notebook 09).
 
-    Calls ``usability_checker.analyze_model``, the function behind
-    ``python -m onnxruntime.tools.check_onnx_model_mobile_usability MODEL``, with its own logger.
+    Runs ``python -m onnxruntime.tools.check_onnx_model_mobile_usability MODEL`` in a fresh process (the
+    checker optimizes the model with ONNX Runtime first, so it must not inherit this process's session
+    settings) and parses its log.
     """
-    from onnxruntime.tools.mobile_helpers import usability_checker
-
     path = Path(model_path)
     if not path.is_file():
         raise FileNotFoundError(f"model file {relative(path)} does not exist")
-    logger = logging.getLogger(f"{__name__}.usability")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    handler = _Lines()
-    logger.addHandler(handler)
-    try:
-        usability_checker.analyze_model(path.resolve(), skip_optimize=False, logger=logger)
-    finally:
-        logger.removeHandler(handler)
-    return parse_usability_report(handler.lines)
+    command = [sys.executable, "-m", "onnxruntime.tools.check_onnx_model_mobile_usability", str(path.resolve())]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"check_onnx_model_mobile_usability failed (status {done.returncode}): {done.stderr.strip()[-2000:]}")
+    return parse_usability_report(done.stderr.splitlines())  # the checker logs to stderr

@@ -86,3 +86,7 @@ def test_usability_checker_needs_fixed_shapes_for_nnapi_and_coreml(model, tmp_pa
     assert all(row.nodes == row.total == 7 and row.works_as_is and row.fixed_nodes is None for row in fixed.values()), fixed
     with pytest.raises(FileNotFoundError, match="does not exist"):
         edge.mobile_usability(tmp_path / "missing.onnx")
+    not_a_model = tmp_path / "not_a_model.onnx"
+    not_a_model.write_bytes(b"this is not protobuf")
+    with pytest.raises(RuntimeError, match="check_onnx_model_mobile_usability failed"):
+        edge.mobile_usability(not_a_model)
