@@ -9,7 +9,7 @@ import numpy as np
 
 from labsupport.exercises import Exercise, Incorrect
 
-_MOBILE = {"NnapiExecutionProvider", "XnnpackExecutionProvider", "QNNExecutionProvider"}
+_ANDROID_PACKAGE = {"NnapiExecutionProvider", "XnnpackExecutionProvider"}  # what onnxruntime-android adds to the CPU
 _NOT_ON_ANDROID = {
     "CoreMLExecutionProvider": "CoreML exists only on Apple devices (iOS, macOS)",
     "CUDAExecutionProvider": "phones have no CUDA GPU",
@@ -17,10 +17,11 @@ _NOT_ON_ANDROID = {
     "DmlExecutionProvider": "DirectML is Windows-only",
     "JsExecutionProvider": "the JS/WebGPU providers belong to onnxruntime-web in a browser",
     "WebGpuExecutionProvider": "the WebGPU provider belongs to a browser (onnxruntime-web)",
+    "QNNExecutionProvider": "QNN ships in its own package (onnxruntime-android-qnn, for Snapdragon phones), not in onnxruntime-android",
 }
 
 
-def _check_android_providers(providers) -> str:
+def _provider_names(providers) -> list[str]:
     import onnxruntime as ort
 
     if isinstance(providers, str) or not isinstance(providers, (list, tuple)):
@@ -31,17 +32,27 @@ def _check_android_providers(providers) -> str:
         if name not in known:
             raise Incorrect(f"{name!r} is not an ONNX Runtime provider name (see onnxruntime.get_all_providers())")
         if name in _NOT_ON_ANDROID:
-            raise Incorrect(f"{name} cannot run on an Android phone: {_NOT_ON_ANDROID[name]}")
+            raise Incorrect(f"{name} cannot run in this app: {_NOT_ON_ANDROID[name]}")
     if len(set(names)) != len(names):
         raise Incorrect("each provider should appear once")
+    return names
+
+
+def _check_android_providers(providers) -> str:
+    names = _provider_names(providers)
     if not names or names[-1] != "CPUExecutionProvider":
         raise Incorrect("end the list with CPUExecutionProvider: it runs every operator the others do not take")
-    if not _MOBILE & set(names):
-        raise Incorrect("name at least one accelerated Android provider before the CPU (NNAPI, XNNPACK or QNN)")
-    extra = set(names) - _MOBILE - {"CPUExecutionProvider"}
+    extra = set(names) - _ANDROID_PACKAGE - {"CPUExecutionProvider"}
     if extra:
-        raise Incorrect(f"{sorted(extra)} are not Android providers")
-    return f"{' -> '.join(names)}: ORT gives each node to the first provider in this order that can run it"
+        raise Incorrect(f"{sorted(extra)} are not in the onnxruntime-android package (it has NNAPI, XNNPACK and the CPU)")
+    if "NnapiExecutionProvider" not in names:
+        raise Incorrect("the phone has an NNAPI driver and the checker says NNAPI takes all 23 nodes of this payload: use it")
+    if names[0] != "NnapiExecutionProvider":
+        raise Incorrect(
+            f"{names[0]} before NNAPI would claim every node it can run before NNAPI is asked: "
+            "ONNX Runtime offers the nodes to the providers in list order"
+        )
+    return f"{' -> '.join(names)}: NNAPI gets first pick of the nodes, and the CPU runs whatever is left"
 
 
 def _check_ort_file(path) -> str:
@@ -113,8 +124,9 @@ q1 = Exercise(
     "providers for an Android app",
     _check_android_providers,
     hint=(
-        "A list of names from onnxruntime.get_all_providers(), most preferred first. Which of the phone "
-        "providers in the table exist on Android (not CoreML: that is Apple's)? What must come last?"
+        "A list of names from onnxruntime.get_all_providers(), most preferred first. ONNX Runtime offers the "
+        "nodes to the providers in that order. Which provider did the checker approve for this payload, "
+        "which providers does onnxruntime-android have, and what must come last?"
     ),
     solution_code="""
         answer = ["NnapiExecutionProvider", "XnnpackExecutionProvider", "CPUExecutionProvider"]

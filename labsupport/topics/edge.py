@@ -7,16 +7,21 @@ code for real and compare it with ONNX Runtime in Python:
 
 * ``write_images_json`` writes test images in the JSON shape both programs read;
 * ``run_node_classifier`` runs ``deploy/node/classify.js`` as a subprocess and parses its JSON;
+* ``node_event_loop`` runs ``deploy/node/event_loop.js``: a heartbeat timer while the model runs on
+  Node's main thread or in a worker thread;
 * ``web_demo`` builds ``onnx_web_demo.WebDemoServer`` for a model with the test images of the
   page's picker (``web_demo_files`` makes what ``make web`` serves);
 * ``browser_classify`` drives Debian's Chromium headless with Playwright through that page;
-* ``convert_to_ort`` calls ``python -m onnxruntime.tools.convert_onnx_models_to_ort``.
+* ``convert_to_ort`` calls ``python -m onnxruntime.tools.convert_onnx_models_to_ort``;
+* ``mobile_usability`` runs ONNX Runtime's mobile usability checker
+  (``python -m onnxruntime.tools.check_onnx_model_mobile_usability``) and returns its numbers.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,6 +117,33 @@ def node_executable() -> str | None:
     return shutil.which("node")
 
 
+def _node_ready(node: str | None) -> str:
+    """``node`` (or the one on PATH) once node and the npm packages are there; FileNotFoundError naming the fix."""
+    node = node or node_executable()
+    if node is None:
+        raise FileNotFoundError("node not found on PATH: install Node.js 18 or newer to run the programs in deploy/node")
+    if not (node_dir() / "node_modules" / "onnxruntime-node").is_dir():
+        raise FileNotFoundError(
+            "onnxruntime-node is not installed in deploy/node/node_modules: run `make js-deps` "
+            "(or `cd deploy/node && ONNXRUNTIME_NODE_INSTALL=skip npm ci`)"
+        )
+    return node
+
+
+def _run_node_script(script: str, arguments: list[str], node: str, timeout: float) -> dict[str, Any]:
+    """Run ``node deploy/node/<script> ARGUMENTS`` and parse the one JSON object it prints."""
+    done = subprocess.run([node, script, *arguments], cwd=node_dir(), capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{script} exited with status {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
+    return json.loads(done.stdout)
+
+
+def _existing_files(**paths: str | os.PathLike[str]) -> None:
+    for what, value in paths.items():
+        if not Path(value).is_file():
+            raise FileNotFoundError(f"{what} {relative(value)} does not exist")
+
+
 def run_node_classifier(
     images_json: str | os.PathLike[str],
     model_path: str | os.PathLike[str],
@@ -123,22 +155,49 @@ def run_node_classifier(
     Raises FileNotFoundError when node or the npm packages are missing, RuntimeError with the
     program's own error message when it exits non-zero.
     """
-    node = node or node_executable()
-    if node is None:
-        raise FileNotFoundError("node not found on PATH: install Node.js 18 or newer to run deploy/node/classify.js")
-    if not (node_dir() / "node_modules" / "onnxruntime-node").is_dir():
-        raise FileNotFoundError(
-            "onnxruntime-node is not installed in deploy/node/node_modules: run `make js-deps` "
-            "(or `cd deploy/node && ONNXRUNTIME_NODE_INSTALL_CUDA=skip npm ci`)"
-        )
-    for what, value in (("images_json", images_json), ("model_path", model_path)):
-        if not Path(value).is_file():
-            raise FileNotFoundError(f"{what} {relative(value)} does not exist")
-    command = [node, "classify.js", "--model", str(Path(model_path).resolve()), "--input", str(Path(images_json).resolve())]
-    done = subprocess.run(command, cwd=node_dir(), capture_output=True, text=True, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"classify.js exited with status {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
-    return json.loads(done.stdout)
+    node = _node_ready(node)
+    _existing_files(images_json=images_json, model_path=model_path)
+    arguments = ["--model", str(Path(model_path).resolve()), "--input", str(Path(images_json).resolve())]
+    return _run_node_script("classify.js", arguments, node, timeout)
+
+
+@dataclass(frozen=True)
+class EventLoopTrace:
+    """What ``deploy/node/event_loop.js`` saw: each run's ``(start, end)`` and every heartbeat, in ms."""
+
+    mode: str
+    runs: list[tuple[float, float]]
+    heartbeats: list[float]
+
+    @property
+    def run_ms(self) -> list[float]:
+        return [end - start for start, end in self.runs]
+
+    @property
+    def longest_gap_ms(self) -> list[float]:
+        """Per run: the longest stretch without a heartbeat while the run was in flight."""
+        beats = np.asarray(self.heartbeats)
+        gaps = []
+        for start, end in self.runs:
+            inside = beats[(beats > start) & (beats < end)]
+            gaps.append(float(np.diff(np.concatenate([[start], inside, [end]])).max()))
+        return gaps
+
+
+def node_event_loop(
+    model_path: str | os.PathLike[str], mode: str, runs: int = 4, batch: int = 64, node: str | None = None, timeout: float = 120
+) -> EventLoopTrace:
+    """Run the model ``runs`` times with a 1 ms heartbeat timer, on Node's main thread (mode "main") or in a worker.
+
+    Runs ``node deploy/node/event_loop.js``; the same errors as ``run_node_classifier``.
+    """
+    if mode not in ("main", "worker"):
+        raise ValueError(f"mode must be 'main' (session.run on the event loop's thread) or 'worker', got {mode!r}")
+    node = _node_ready(node)
+    _existing_files(model_path=model_path)
+    arguments = ["--model", str(Path(model_path).resolve()), "--mode", mode, "--runs", str(runs), "--batch", str(batch)]
+    traced = _run_node_script("event_loop.js", arguments, node, timeout)
+    return EventLoopTrace(traced["mode"], [tuple(run) for run in traced["runs"]], traced["heartbeats"])
 
 
 # --------------------------------------------------------------------------- the web page
@@ -375,3 +434,64 @@ def operator_config_text(path: str | os.PathLike[str]) -> str:
             line = "# - " + Path(line[4:]).name
         lines.append(line)
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the mobile usability checker
+
+USABILITY_PROVIDERS = ("NNAPI", "CoreML NeuralNetwork", "CoreML MLProgram")
+_SECTION = re.compile(r"Checking (NNAPI|CoreML NeuralNetwork|CoreML MLProgram)$")
+_PARTITIONS = re.compile(r"(\d+) partitions with a total of (\d+)/(\d+) nodes can be handled by the (.+) EP\.")
+_VERDICT = re.compile(r"Model should perform well with (.+?) (as is|if modified to have fixed input shapes): (YES|NO)")
+
+
+@dataclass(frozen=True)
+class Usability:
+    """One provider's lines of the usability checker: nodes it can take as the model is, and with fixed shapes."""
+
+    provider: str
+    nodes: int
+    total: int
+    partitions: int
+    works_as_is: bool
+    fixed_nodes: int | None = None  # None: the checker had no dynamic shape to fix
+    works_if_fixed: bool | None = None
+
+
+def parse_usability_report(lines: Sequence[str]) -> list[Usability]:
+    """The checker's log lines (``INFO:`` prefixes allowed) as one ``Usability`` per provider it checked."""
+    found: dict[str, dict[str, Any]] = {}
+    provider, fixed = None, False
+    for line in (line.removeprefix("INFO:").strip() for line in lines):
+        if section := _SECTION.fullmatch(line):
+            provider, fixed = section.group(1), False
+            found[provider] = {"provider": provider}
+        elif line.startswith("Partition information if the model was updated to make the shapes fixed"):
+            fixed = True
+        elif provider and (partitions := _PARTITIONS.fullmatch(line)):
+            if fixed:
+                found[provider]["fixed_nodes"] = int(partitions.group(2))
+            else:
+                found[provider].update(partitions=int(partitions.group(1)), nodes=int(partitions.group(2)), total=int(partitions.group(3)))
+        elif provider and (verdict := _VERDICT.fullmatch(line)):
+            found[provider]["works_as_is" if verdict.group(2) == "as is" else "works_if_fixed"] = verdict.group(3) == "YES"
+    missing = [name for name in USABILITY_PROVIDERS if name not in found or "nodes" not in found[name] or "works_as_is" not in found[name]]
+    if missing:
+        raise ValueError(f"the usability checker's report has no complete section for {missing}; is its output format new?")
+    return [Usability(**found[name]) for name in USABILITY_PROVIDERS]
+
+
+def mobile_usability(model_path: str | os.PathLike[str], timeout: float = 300) -> list[Usability]:
+    """How many nodes NNAPI and CoreML could take, by ONNX Runtime's mobile usability checker (notebook 09).
+
+    Runs ``python -m onnxruntime.tools.check_onnx_model_mobile_usability MODEL`` in a fresh process (the
+    checker optimizes the model with ONNX Runtime first, so it must not inherit this process's session
+    settings) and parses its log.
+    """
+    path = Path(model_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"model file {relative(path)} does not exist")
+    command = [sys.executable, "-m", "onnxruntime.tools.check_onnx_model_mobile_usability", str(path.resolve())]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"check_onnx_model_mobile_usability failed (status {done.returncode}): {done.stderr.strip()[-2000:]}")
+    return parse_usability_report(done.stderr.splitlines())  # the checker logs to stderr

@@ -18,25 +18,39 @@ def test_three_exercises_numbered_in_order():
     assert [q.number for q in EXERCISES] == [1, 2, 3]
 
 
+NNAPI, XNNPACK, CPU = "NnapiExecutionProvider", "XnnpackExecutionProvider", "CPUExecutionProvider"
+
+
 @pytest.mark.parametrize(
     ("answer", "reason"),
     [
-        (["CPUExecutionProvider", "NnapiExecutionProvider"], "end the list with CPUExecutionProvider"),
-        (["CoreMLExecutionProvider", "CPUExecutionProvider"], "only on Apple devices"),
-        (["CUDAExecutionProvider", "CPUExecutionProvider"], "no CUDA"),
-        (["CPUExecutionProvider"], "accelerated Android provider"),
+        ([CPU, NNAPI], "end the list with CPUExecutionProvider"),
+        (["CoreMLExecutionProvider", CPU], "only on Apple devices"),
+        (["CUDAExecutionProvider", CPU], "no CUDA"),
+        ([CPU], "NNAPI takes all 23 nodes"),
         (["NNAPI", "CPU"], "not an ONNX Runtime provider name"),
         ("NnapiExecutionProvider,CPUExecutionProvider", "expected a list"),
-        (["NnapiExecutionProvider", "OpenVINOExecutionProvider", "CPUExecutionProvider"], "not Android providers"),
+        ([NNAPI, "OpenVINOExecutionProvider", CPU], "not in the onnxruntime-android package"),
+        # the review's wrong answers: XNNPACK first takes the nodes before NNAPI is asked
+        ([XNNPACK, NNAPI, CPU], "before NNAPI would claim every node"),
+        # no NNAPI on a phone that has it, for a payload the checker approved for NNAPI
+        ([XNNPACK, CPU], "NNAPI takes all 23 nodes"),
+        # QNN is not in onnxruntime-android (a separate AAR)
+        (["QNNExecutionProvider", CPU], "onnxruntime-android-qnn"),
+        ([NNAPI, "QNNExecutionProvider", CPU], "onnxruntime-android-qnn"),
+        # the ARM Compute Library runs on Arm, but not from this package: say so, not "not Android"
+        ([NNAPI, "ACLExecutionProvider", CPU], "not in the onnxruntime-android package"),
+        ([NNAPI, NNAPI, CPU], "appear once"),
     ],
 )
 def test_q1_rejects_wrong_provider_lists(answer, reason):
     outcome = q1.evaluate(answer)
-    assert outcome.status == INCORRECT and reason in outcome.message
+    assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
 
 
-def test_q1_accepts_xnnpack_only():
-    assert q1.evaluate(["XnnpackExecutionProvider", "CPUExecutionProvider"]).status == CORRECT
+@pytest.mark.parametrize("answer", [[NNAPI, XNNPACK, CPU], [NNAPI, CPU], (NNAPI, XNNPACK, CPU)])
+def test_q1_accepts_nnapi_first_and_cpu_last(answer):
+    assert q1.evaluate(answer).status == CORRECT
 
 
 def test_q2_rejects_onnx_files_missing_files_and_other_models(tmp_path):

@@ -71,3 +71,22 @@ def test_convert_to_ort_rejects_bad_arguments(model, tmp_path):
     broken.write_bytes(b"not a model")
     with pytest.raises(RuntimeError, match="convert_onnx_models_to_ort failed"):
         edge.convert_to_ort(broken, tmp_path / "out")
+
+
+def test_usability_checker_needs_fixed_shapes_for_nnapi_and_coreml(model, tmp_path):
+    import subprocess
+    import sys
+
+    dynamic = {row.provider: row for row in edge.mobile_usability(model)}
+    assert all(row.nodes == 0 and not row.works_as_is and row.works_if_fixed for row in dynamic.values()), dynamic
+    batch1 = tmp_path / "digits_cnn_batch1.onnx"
+    command = ["-m", "onnxruntime.tools.make_dynamic_shape_fixed", "--dim_param", "batch", "--dim_value", "1", str(model), str(batch1)]
+    subprocess.run([sys.executable, *command], check=True)
+    fixed = {row.provider: row for row in edge.mobile_usability(batch1)}
+    assert all(row.nodes == row.total == 7 and row.works_as_is and row.fixed_nodes is None for row in fixed.values()), fixed
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        edge.mobile_usability(tmp_path / "missing.onnx")
+    not_a_model = tmp_path / "not_a_model.onnx"
+    not_a_model.write_bytes(b"this is not protobuf")
+    with pytest.raises(RuntimeError, match="check_onnx_model_mobile_usability failed"):
+        edge.mobile_usability(not_a_model)

@@ -102,5 +102,34 @@ def test_run_node_classifier_without_node(monkeypatch, tmp_path, model):
 
 def test_run_node_classifier_without_npm_packages(monkeypatch, tmp_path, model):
     monkeypatch.setattr(edge, "node_dir", lambda: tmp_path)
-    with pytest.raises(FileNotFoundError, match="ONNXRUNTIME_NODE_INSTALL_CUDA=skip npm ci"):
+    with pytest.raises(FileNotFoundError, match="ONNXRUNTIME_NODE_INSTALL=skip npm ci"):
         edge.run_node_classifier(tmp_path / "x.json", model, node="node")
+
+
+@pytest.fixture(scope="module")
+def heavy_model(tmp_path_factory):
+    from labsupport.models.heavy_classifier import write_heavy_classifier
+
+    return write_heavy_classifier(tmp_path_factory.mktemp("heavy") / "heavy.onnx")
+
+
+def test_session_run_blocks_the_event_loop_on_the_main_thread_but_not_in_a_worker(heavy_model, node_ready):
+    on_main = edge.node_event_loop(heavy_model, "main", runs=2, batch=64)
+    in_worker = edge.node_event_loop(heavy_model, "worker", runs=2, batch=64)
+    assert on_main.mode == "main" and in_worker.mode == "worker" and len(on_main.runs) == len(in_worker.runs) == 2
+    assert min(on_main.run_ms) > 20, "the model must run long enough to see the heartbeat stop"
+    assert all(gap >= 0.9 * ms for gap, ms in zip(on_main.longest_gap_ms, on_main.run_ms, strict=True))
+    assert all(gap < 0.5 * ms for gap, ms in zip(in_worker.longest_gap_ms, in_worker.run_ms, strict=True))
+
+
+def test_event_loop_trace_measures_the_longest_gap_inside_each_run():
+    trace = edge.EventLoopTrace("main", runs=[(10.0, 20.0), (30.0, 40.0)], heartbeats=[5.0, 12.0, 13.0, 25.0, 31.0, 39.0])
+    assert trace.run_ms == [10.0, 10.0]
+    assert trace.longest_gap_ms == [7.0, 8.0]  # 13 -> 20 in the first run, 31 -> 39 in the second
+
+
+def test_event_loop_program_rejects_bad_arguments(model, node_ready):
+    with pytest.raises(ValueError, match="mode must be 'main'"):
+        edge.node_event_loop(model, "thread")
+    with pytest.raises(RuntimeError, match="--runs must be a whole number"):
+        edge.node_event_loop(model, "main", runs=0)

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import ast
+import http.server
 import importlib
+import json
+import os
 import re
 import shlex
+import subprocess
 import sys
+import threading
 import tomllib
 from importlib.metadata import distribution
 from pathlib import Path
+from typing import ClassVar
 
+import numpy as np
 import onnxruntime as ort
 import pytest
 
@@ -116,6 +123,44 @@ def test_triton_repository_structure(tmp_path):
             assert entry["dims"] == list(arg.shape[1:])  # batch dimension left out when max_batch_size > 0
     assert parsed["instance_group"] == [{"count": 2, "kind": "KIND_CPU"}]
     assert parsed["dynamic_batching"] == {"max_queue_delay_microseconds": 100}
+    assert parsed["parameters"] == [
+        {"key": "intra_op_thread_count", "value": {"string_value": "1"}},
+        {"key": "inter_op_thread_count", "value": {"string_value": "1"}},
+    ]
+
+
+def _label_classifier(path: Path) -> Path:
+    """The service's contract with a scikit-learn-style ``label`` output of shape ``[batch]`` (rank 1) next to ``logits``."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    weights = numpy_helper.from_array(np.zeros((64, 10), dtype=np.float32), "weights")
+    shape = numpy_helper.from_array(np.array([-1, 64], dtype=np.int64), "shape")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["image", "shape"], ["flat"]),
+            helper.make_node("MatMul", ["flat", "weights"], ["logits"]),
+            helper.make_node("ArgMax", ["logits"], ["label"], axis=1, keepdims=0),
+        ],
+        "label_classifier",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 1, 8, 8])],
+        [
+            helper.make_tensor_value_info("label", TensorProto.INT64, ["batch"]),
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10]),
+        ],
+        [weights, shape],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path
+
+
+def test_triton_label_output_of_rank_one_gets_dims_one_and_a_reshape(tmp_path):
+    model = _label_classifier(tmp_path / "label_classifier.onnx")
+    parsed = triton.parse_pbtxt(triton.write_repository(model, tmp_path / "models").read_text())
+    label, logits = parsed["output"]
+    # Triton refuses dims: [ ] (rank >= 1); its docs write a [batch] output as dims [ 1 ] reshaped to [ ]
+    assert label == {"name": "label", "data_type": "TYPE_INT64", "dims": [1], "reshape": {"shape": []}}
+    assert logits == {"name": "logits", "data_type": "TYPE_FP32", "dims": [10]}
+    assert all(entry["dims"] for entry in [*parsed["input"], *parsed["output"]]), "no empty dims anywhere"
 
 
 def _dockerfile_env() -> dict[str, str]:
@@ -157,10 +202,11 @@ def test_triton_dynamic_batching_block_matches_the_service_batcher(tmp_path):
     batching = parsed["dynamic_batching"]
     assert set(batching) <= DYNAMIC_BATCHING_FIELDS and set(batching["default_queue_policy"]) <= QUEUE_POLICY_FIELDS
     assert batching["max_queue_delay_microseconds"] == 2500  # the service waits in ms, Triton in microseconds
-    assert batching["preferred_batch_size"] == [32] and all(
-        1 <= size <= parsed["max_batch_size"] for size in batching["preferred_batch_size"]
-    )
+    # the service's BATCH_MAX_SIZE is a cap; Triton's guide says preferred sizes "should not be used for most models"
+    assert "preferred_batch_size" not in batching
     assert batching["default_queue_policy"]["max_queue_size"] == 128  # Triton rejects beyond it, like the service's 503
+    explicit = triton.DynamicBatching(preferred_batch_sizes=(8,)).text(max_batch=16)
+    assert triton.parse_pbtxt(explicit)["dynamic_batching"]["preferred_batch_size"] == [8]  # only when asked for
     with pytest.raises(triton.TritonError, match="between 1 and max_batch_size 16"):
         triton.config_text("m", [], [], max_batch=16, batching=triton.DynamicBatching(preferred_batch_sizes=(32,)))
 
@@ -168,13 +214,14 @@ def test_triton_dynamic_batching_block_matches_the_service_batcher(tmp_path):
 def test_triton_command_line_takes_the_batching_settings_from_the_environment(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(f"{PREFIX}BATCH_MAX_WAIT_MS", "4")
     monkeypatch.setenv(f"{PREFIX}BATCH_QUEUE_LIMIT", "10")
+    monkeypatch.setenv(f"{PREFIX}THREADS", "3")
     assert triton.main([str(ensure_digits_cnn()), str(tmp_path), "--from-env"]) == 0
     printed = triton.parse_pbtxt(capsys.readouterr().out)
-    assert printed["dynamic_batching"] == {
-        "preferred_batch_size": [32],
-        "max_queue_delay_microseconds": 4000,
-        "default_queue_policy": {"max_queue_size": 10},
-    }
+    assert printed["dynamic_batching"] == {"max_queue_delay_microseconds": 4000, "default_queue_policy": {"max_queue_size": 10}}
+    threads = {entry["key"]: entry["value"]["string_value"] for entry in printed["parameters"]}
+    assert threads == {"intra_op_thread_count": "3", "inter_op_thread_count": "1"}  # the service's THREADS, per instance
+    with pytest.raises(triton.TritonError, match="threads must be >= 1"):
+        triton.config_text("m", [], [], threads=0)
 
 
 def test_triton_without_batching_keeps_all_dims_and_refuses_bad_names(tmp_path):
@@ -201,3 +248,63 @@ def test_deploy_packages_are_installed_and_never_import_labsupport(folder, distr
     installed = distribution(distribution_name)  # `make` installs it editable
     assert installed.version == importlib.import_module(package).__version__
     assert "labsupport" not in _top_level_imports(root / package), "imports go one way: labsupport -> deploy packages"
+
+
+def _healthcheck_command() -> list[str]:
+    health = next(args for op, args in _instructions() if op == "HEALTHCHECK")
+    return json.loads(health[health.index("CMD") + len("CMD") :].strip())
+
+
+class _Probe(http.server.BaseHTTPRequestHandler):
+    status = 200
+    paths: ClassVar[list[str]] = []
+
+    def do_GET(self):
+        type(self).paths.append(self.path)
+        self.send_response(self.status)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize(("status", "healthy"), [(200, True), (503, False)])
+def test_healthcheck_asks_ready_on_the_configured_port(status, healthy):
+    handler = type("Probe", (_Probe,), {"status": status, "paths": []})
+    with http.server.HTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        command = _healthcheck_command()
+        assert command[0] == "python"
+        env = {**os.environ, f"{PREFIX}PORT": str(server.server_address[1])}  # not the image's default 8080
+        result = subprocess.run([sys.executable, *command[1:]], env=env, capture_output=True, timeout=30)
+        server.shutdown()
+    assert handler.paths == ["/ready"]
+    assert (result.returncode == 0) is healthy, result.stderr.decode()
+
+
+def _docker_pattern(pattern: str) -> re.Pattern:
+    """A .dockerignore pattern as a regex (Go filepath.Match plus ``**``, as Docker's pattern matcher)."""
+    parts = re.split(r"(\*\*/?|\*|\?)", pattern.strip("/"))
+    wildcard = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+    return re.compile("".join(wildcard.get(part, re.escape(part)) for part in parts))
+
+
+def _sent_to_docker(path: str, rules: list[tuple[bool, re.Pattern]]) -> bool:
+    """Docker's rule: the last pattern that matches the path or one of its parent folders decides."""
+    prefixes = ["/".join(path.split("/")[:n]) for n in range(1, path.count("/") + 2)]
+    excluded = False
+    for exclude, pattern in rules:
+        if any(pattern.fullmatch(prefix) for prefix in prefixes):
+            excluded = exclude
+    return not excluded
+
+
+def test_dockerignore_sends_exactly_what_the_dockerfile_copies():
+    lines = (SERVICE / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
+    rules = [(not line.startswith("!"), _docker_pattern(line.lstrip("!"))) for line in lines if line.strip() and not line.startswith("#")]
+    copies = [shlex.split(args)[:-1] for op, args in _instructions() if op == "COPY"]
+    for source in (source for sources in copies for source in sources):
+        assert _sent_to_docker(f"{source}/x.py" if "." not in Path(source).name else source, rules), f"COPY {source} is ignored"
+    for heavy in (".venv/lib/python3.11/site-packages/x.py", "deploy/web/node_modules/a.js", ".git/HEAD", "artifacts/other.onnx"):
+        assert not _sent_to_docker(heavy, rules), f"{heavy} would be sent to the builder"
+    assert not _sent_to_docker("deploy/service/onnx_service/__pycache__/app.cpython-311.pyc", rules)

@@ -2,8 +2,10 @@
 
 Layout written: ``<repository>/<name>/config.pbtxt`` and ``<repository>/<name>/1/model.onnx``.
 Run: ``python -m onnx_service.triton MODEL.onnx REPOSITORY [--name NAME] [--max-batch 64] [--instances 1]``;
-``--from-env`` takes the batching settings from the service's ``ONNX_SERVICE_*`` variables, so that
-Triton's ``dynamic_batching`` block matches this service's batcher (max wait, batch size, queue limit).
+``--from-env`` takes the settings from the service's ``ONNX_SERVICE_*`` variables: the batcher's max wait and
+queue limit become Triton's ``dynamic_batching`` block (a similar batcher, not the same one: Triton's
+``max_batch_size`` bounds both a request and a merged batch), and ``THREADS`` becomes the ONNX Runtime
+backend's ``intra_op_thread_count`` (left unset, the backend uses all of the host's cores per instance).
 """
 
 from __future__ import annotations
@@ -43,28 +45,47 @@ def _dims(shape: tuple, batched: bool, what: str) -> list[int]:
     return [d if isinstance(d, int) and d > 0 else -1 for d in shape]
 
 
+def _dims_lines(dims: list[int]) -> str:
+    """Triton refuses ``dims: [ ]``: a tensor with no dims left (a ``[batch]`` label output) is ``[ 1 ]`` reshaped to ``[ ]``."""
+    if not dims:
+        return "    dims: [ 1 ]\n    reshape: { shape: [ ] }"
+    return f"    dims: [ {', '.join(map(str, dims))} ]"
+
+
 def _tensor_block(kind: str, specs: list[Any], batched: bool) -> str:
     items = []
     for spec in specs:
         if spec.type not in TRITON_TYPES:
             raise TritonError(f"{kind} {spec.name!r} has type {spec.type}, which has no Triton data type here")
-        dims = ", ".join(str(d) for d in _dims(tuple(spec.shape), batched, f"{kind} {spec.name!r}"))
-        items.append(f'  {{\n    name: "{spec.name}"\n    data_type: {TRITON_TYPES[spec.type]}\n    dims: [ {dims} ]\n  }}')
+        dims = _dims_lines(_dims(tuple(spec.shape), batched, f"{kind} {spec.name!r}"))
+        items.append(f'  {{\n    name: "{spec.name}"\n    data_type: {TRITON_TYPES[spec.type]}\n{dims}\n  }}')
     return f"{kind} [\n" + ",\n".join(items) + "\n]"
+
+
+def thread_parameters(threads: int) -> str:
+    """The ONNX Runtime backend's thread settings: ``threads`` per operator, one graph branch at a time (as the service)."""
+    if threads < 1:
+        raise TritonError(f"threads must be >= 1 (unset, the backend would use every core of the host), got {threads}")
+    counts = {"intra_op_thread_count": threads, "inter_op_thread_count": 1}
+    return "\n".join(f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}' for key, value in counts.items())
 
 
 @dataclass(frozen=True)
 class DynamicBatching:
-    """Triton's ``dynamic_batching`` settings, in the service's terms: max wait, preferred batch sizes, queue limit."""
+    """Triton's ``dynamic_batching`` settings, in the service's terms: max wait and queue limit.
+
+    Triton's batcher guide advises no ``preferred_batch_size`` for most models (only for a size measured to be
+    much faster), so ``from_settings`` leaves it out: the service's ``BATCH_MAX_SIZE`` is a cap, not a preference.
+    """
 
     queue_delay_us: int = 100  # max_queue_delay_microseconds: the service's batch_max_wait_ms * 1000
-    preferred_batch_sizes: tuple[int, ...] = ()  # run at once when a batch of one of these sizes can be formed
+    preferred_batch_sizes: tuple[int, ...] = ()  # only for a batch size measured to be much faster than the others
     max_queue_size: int = 0  # default_queue_policy.max_queue_size: reject beyond it (0 = unbounded)
 
     @classmethod
     def from_settings(cls, settings: Any) -> DynamicBatching:
-        """The block matching the service's batcher settings (``Settings.batch_*``)."""
-        return cls(round(settings.batch_max_wait_ms * 1000), (settings.batch_max_size,), settings.batch_queue_limit)
+        """The block closest to the service's batcher settings: its max wait and its queue limit (``Settings.batch_*``)."""
+        return cls(queue_delay_us=round(settings.batch_max_wait_ms * 1000), max_queue_size=settings.batch_queue_limit)
 
     def text(self, max_batch: int) -> str:
         """The ``dynamic_batching { ... }`` block; raises TritonError for sizes Triton would refuse."""
@@ -82,7 +103,13 @@ class DynamicBatching:
 
 
 def config_text(
-    name: str, inputs: list[Any], outputs: list[Any], max_batch: int = 64, instances: int = 1, batching: DynamicBatching | None = None
+    name: str,
+    inputs: list[Any],
+    outputs: list[Any],
+    max_batch: int = 64,
+    instances: int = 1,
+    batching: DynamicBatching | None = None,
+    threads: int = 1,
 ) -> str:
     """The config.pbtxt text (protobuf text format of Triton's ModelConfig) for a model's inputs and outputs."""
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
@@ -100,6 +127,7 @@ def config_text(
     ]
     if batched:
         parts.append((batching or DynamicBatching()).text(max_batch))
+    parts.append(thread_parameters(threads))
     parts.append("version_policy: { latest: { num_versions: 1 } }")
     return "\n".join(parts) + "\n"
 
@@ -111,6 +139,7 @@ def write_repository(
     max_batch: int = 64,
     instances: int = 1,
     batching: DynamicBatching | None = None,
+    threads: int = 1,
 ) -> Path:
     """Write ``repository/<name>/config.pbtxt`` and ``repository/<name>/1/model.onnx``; returns the config path."""
     import onnxruntime as ort
@@ -120,7 +149,7 @@ def write_repository(
         raise FileNotFoundError(f"model file not found: {model_path}")
     session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     name = name or model_path.stem
-    text = config_text(name, session.get_inputs(), session.get_outputs(), max_batch, instances, batching)
+    text = config_text(name, session.get_inputs(), session.get_outputs(), max_batch, instances, batching, threads)
     folder = Path(repository) / name
     (folder / "1").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(model_path, folder / "1" / "model.onnx")
@@ -202,14 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name")
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--instances", type=int, default=1)
-    parser.add_argument("--from-env", action="store_true", help="dynamic_batching from the service's ONNX_SERVICE_BATCH_* settings")
+    parser.add_argument("--from-env", action="store_true", help="dynamic_batching and threads from the service's ONNX_SERVICE_* settings")
     args = parser.parse_args(argv)
-    batching = None
-    if args.from_env:
-        from .config import Settings
+    from .config import Settings
 
-        batching = DynamicBatching.from_settings(Settings.from_env())
-    config = write_repository(args.model, args.repository, args.name, args.max_batch, args.instances, batching)
+    settings = Settings.from_env() if args.from_env else Settings()
+    batching = DynamicBatching.from_settings(settings) if args.from_env else None
+    config = write_repository(args.model, args.repository, args.name, args.max_batch, args.instances, batching, settings.threads)
     print(config.read_text(encoding="utf-8"), end="")
     return 0
 
