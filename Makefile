@@ -72,7 +72,7 @@ js-deps:
 	  if ! command -v npm >/dev/null 2>&1; then echo ">>> npm not found: skipping $$d (its tests will skip)"; continue; fi; \
 	  if [ -d $$d/node_modules ] && [ $$d/node_modules/.package-lock.json -nt $$d/package-lock.json ]; then continue; fi; \
 	  echo ">>> installing npm packages in $$d"; \
-	  (cd $$d && ONNXRUNTIME_NODE_INSTALL_CUDA=skip npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
+	  (cd $$d && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
 	done
 
 lab: $(STAMP) js-deps
