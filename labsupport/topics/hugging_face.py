@@ -360,14 +360,21 @@ def build_genai_model(checkpoint: str | Path, output: str | Path, precision: str
     return CommandRun(0, scrub_paths(captured.getvalue()).splitlines())
 
 
-def genai_generate(folder: str | Path, prompts: np.ndarray, max_length: int) -> list[list[int]]:
-    """Greedy generation with ``og.Generator`` in batches of at most 32; each row's new tokens before ``<eos>`` (notebook 12)."""
+def genai_generate(model: Any, prompts: np.ndarray, max_length: int) -> list[list[int]]:
+    """Greedy generation with ``og.Generator`` in batches of at most 32; each row's new tokens before ``<eos>`` (notebook 12).
+
+    ``model`` is a loaded ``og.Model`` (reuse it: loading costs about as much as a small generation) or a genai folder.
+    """
     import onnxruntime_genai as og
 
     prompts = np.asarray(prompts)
     if prompts.ndim != 2 or not np.issubdtype(prompts.dtype, np.integer):
         raise ValueError(f"prompts must be a (batch, length) integer array of token ids, got {prompts.dtype} {prompts.shape}")
-    model, out = og.Model(str(folder)), []
+    if isinstance(model, (str, os.PathLike)):
+        model = og.Model(str(model))
+    elif not isinstance(model, og.Model):
+        raise TypeError(f"model must be an og.Model or the path of a genai folder, got {type(model).__name__}")
+    out = []
     for start in range(0, len(prompts), GENAI_MAX_BATCH):
         chunk = prompts[start : start + GENAI_MAX_BATCH]
         params = og.GeneratorParams(model)
