@@ -389,7 +389,7 @@ def genai_generate(model: Any, prompts: np.ndarray, max_length: int) -> list[lis
 
 # ---------------------------------------------------------------- an architecture Optimum does not know (yet)
 def save_unsupported_decoder(folder: str | Path, seed: int = 0) -> Path:
-    """Save a freshly initialised tiny ``MinistralForCausalLM`` (a transformers model Optimum has no ONNX config for) (notebook 12)."""
+    """Save a freshly initialised tiny ``MinistralForCausalLM`` (Optimum has no ONNX config for it), window 4, layers sliding+full (notebook 12)."""
     from transformers import MinistralConfig, MinistralForCausalLM
 
     base = tiny_llama_config()
@@ -402,7 +402,8 @@ def save_unsupported_decoder(folder: str | Path, seed: int = 0) -> Path:
         num_key_value_heads=base.num_key_value_heads,
         head_dim=base.hidden_size // base.num_attention_heads,
         max_position_embeddings=base.max_position_embeddings,
-        sliding_window=base.max_position_embeddings,
+        sliding_window=4,  # shorter than the prompts, so that a parity check exercises the window
+        layer_types=["sliding_attention", "full_attention"],  # what Ministral adds to Mistral
         bos_token_id=tiny_transformer.BOS_ID,
         eos_token_id=tiny_transformer.EOS_ID,
         pad_token_id=tiny_transformer.EOS_ID,
