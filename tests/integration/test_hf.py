@@ -151,3 +151,5 @@ def test_unsupported_decoder_is_saved_with_its_tokenizer(tmp_path):
     folder = hugging_face.save_unsupported_decoder(tmp_path / "ministral")
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "ministral" and (folder / "tokenizer.json").is_file()
+    assert config["sliding_window"] == 4 < T.PROMPT_LENGTH  # the notebook's parity check runs through the window
+    assert config["layer_types"] == ["sliding_attention", "full_attention"]
