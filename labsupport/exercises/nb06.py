@@ -297,7 +297,7 @@ q3 = Exercise(
     solution_code="""
         from labsupport.topics.memory import weight_bytes
 
-        answer = weight_bytes(13e9, bits=4, block_size=32) / 1e9
+        answer = weight_bytes(13e9, bits=4, block_size=32, scale_dtype="fp16") / 1e9
     """,
 )
 

@@ -8,11 +8,12 @@ import numpy as np
 
 from labsupport.exercises import Exercise, Incorrect
 
-# exercise 1: a grouped-query-attention model (the shape of an 8B-class LLM)
+# exercise 1: a grouped-query-attention model (the shape of an 8B-class LLM). The batch (3) differs from
+# query heads / kv heads (4), so ignoring GQA and forgetting the batch cannot cancel into the right answer.
 Q1_LAYERS, Q1_QUERY_HEADS, Q1_KV_HEADS, Q1_HEAD_DIM = 32, 32, 8, 128
-Q1_BATCH, Q1_TOKENS, Q1_BYTES = 4, 4096, 2
+Q1_BATCH, Q1_TOKENS, Q1_BYTES = 3, 4096, 2
 
-# exercise 2: a 7-billion-parameter model in INT4 with one FP16 scale per block of 32 weights
+# exercise 2: a 7-billion-parameter FP16 model in INT4; MatMulNBits keeps the scales in the model's float type (FP16)
 Q2_PARAMETERS, Q2_BLOCK, Q2_SCALE_BYTES = 7e9, 32, 2
 
 
@@ -33,11 +34,17 @@ def _check_kv_cache(answer: object) -> str:
     value = _number(answer)
     per_token = Q1_LAYERS * Q1_KV_HEADS * Q1_HEAD_DIM * Q1_BYTES
     truth = 2 * per_token * Q1_BATCH * Q1_TOKENS
+    gqa_factor = Q1_QUERY_HEADS / Q1_KV_HEADS
     if _close(value, truth):
-        return f"{truth:,.0f} bytes = {truth / 2**30:.0f} GiB of cache for {Q1_BATCH} x {Q1_TOKENS} tokens"
+        return f"{truth:,.0f} bytes = {truth / 2**30:.2f} GiB of cache for {Q1_BATCH} x {Q1_TOKENS} tokens"
+    if _close(value, truth * gqa_factor / Q1_BATCH):
+        raise Incorrect(
+            f"that uses the {Q1_QUERY_HEADS} query heads and one sequence; cache only the {Q1_KV_HEADS} key/value heads, "
+            f"for each of the {Q1_BATCH} sequences"
+        )
     if _close(value, truth / 2):
         raise Incorrect("that is half the answer: the cache stores a key AND a value per layer and head")
-    if _close(value, truth * Q1_QUERY_HEADS / Q1_KV_HEADS):
+    if _close(value, truth * gqa_factor):
         raise Incorrect(
             f"that uses the {Q1_QUERY_HEADS} query heads; with grouped-query attention only the {Q1_KV_HEADS} key/value heads are cached"
         )
@@ -57,11 +64,14 @@ def _check_int4_size(answer: object) -> str:
     if _close(value, truth):
         return f"{truth / 1e9:.4f} GB: {truth * 8 / Q2_PARAMETERS:.1f} bits per weight once the block scales are counted"
     if _close(value, packed):
-        raise Incorrect("that counts only the 4-bit values; every block of 32 weights also stores a 2-byte FP16 scale")
+        raise Incorrect("that counts only the 4-bit values; every block of 32 weights also stores one scale (2 bytes in an FP16 model)")
     if _close(value, Q2_PARAMETERS * 2):
         raise Incorrect("that is the FP16 size; the question asks for INT4 with block scales")
     if _close(value, packed + Q2_PARAMETERS / Q2_BLOCK * 4):
-        raise Incorrect("the scales are FP16 (2 bytes each), not FP32")
+        raise Incorrect(
+            "that counts 4-byte FP32 scales; the question's model is FP16, and MatMulNBits stores the scales in the "
+            "model's float type, so here they take 2 bytes (an FP32 model, like this notebook's, has FP32 scales)"
+        )
     if _close(value, truth / 1e9) or _close(value, truth / 2**30):
         raise Incorrect("answer in bytes, not gigabytes")
     raise Incorrect(f"{value:,.0f} bytes is not the INT4 size with block scales")
@@ -99,11 +109,10 @@ q1 = Exercise(
         "labsupport.topics.memory.kv_cache_bytes_per_token(LLMArchitecture(...), bytes_per_value) does the per-token part."
     ),
     solution_code="""
-        from labsupport.exercises.nb11 import Q1_BATCH, Q1_BYTES, Q1_HEAD_DIM, Q1_KV_HEADS, Q1_LAYERS, Q1_TOKENS
-        from labsupport.topics.memory import LLMArchitecture, kv_cache_bytes_per_token
-
-        arch = LLMArchitecture("gqa-8b", n_layers=Q1_LAYERS, n_kv_heads=Q1_KV_HEADS, head_dim=Q1_HEAD_DIM)
-        answer = kv_cache_bytes_per_token(arch, bytes_per_value=Q1_BYTES) * Q1_TOKENS * Q1_BATCH
+        layers, kv_heads, head_dim, bytes_per_value = 32, 8, 128, 2  # the 32 query heads do not enter: only K and V are cached
+        per_token = 2 * layers * kv_heads * head_dim * bytes_per_value  # a key and a value per layer and kv head
+        answer = per_token * 4096 * 3  # tokens x sequences
+        # the course's shortcut: kv_cache_bytes_per_token(LLMArchitecture(...), 2) * 4096 * 3 (labsupport.topics.memory)
     """,
 )
 
@@ -112,13 +121,13 @@ q2 = Exercise(
     "INT4 weights with block scales",
     _check_int4_size,
     hint=(
-        "4 bits = 0.5 byte per weight, plus one 2-byte scale per block of 32 weights. "
-        "labsupport.topics.memory.weight_bytes(parameters, bits, block_size=...) adds the scales (16 bits each by default)."
+        "4 bits = 0.5 byte per weight, plus one scale per block of 32 weights, in the model's float type (FP16: 2 bytes). "
+        "labsupport.topics.memory.weight_bytes(parameters, bits, block_size=..., scale_dtype=...) adds the scales."
     ),
     solution_code="""
-        from labsupport.topics.memory import BITS, weight_bytes
-
-        answer = weight_bytes(7e9, BITS["int4"], block_size=32, scale_bits=16)
+        parameters, block_size, scale_bytes = 7e9, 32, 2  # FP16 model, so FP16 scales
+        answer = parameters * 4 / 8 + parameters / block_size * scale_bytes  # 4.5 bits per weight
+        # the course's shortcut: weight_bytes(7e9, BITS["int4"], block_size=32, scale_dtype="fp16") (labsupport.topics.memory)
     """,
 )
 

@@ -360,14 +360,21 @@ def build_genai_model(checkpoint: str | Path, output: str | Path, precision: str
     return CommandRun(0, scrub_paths(captured.getvalue()).splitlines())
 
 
-def genai_generate(folder: str | Path, prompts: np.ndarray, max_length: int) -> list[list[int]]:
-    """Greedy generation with ``og.Generator`` in batches of at most 32; each row's new tokens before ``<eos>`` (notebook 12)."""
+def genai_generate(model: Any, prompts: np.ndarray, max_length: int) -> list[list[int]]:
+    """Greedy generation with ``og.Generator`` in batches of at most 32; each row's new tokens before ``<eos>`` (notebook 12).
+
+    ``model`` is a loaded ``og.Model`` (reuse it: loading costs about as much as a small generation) or a genai folder.
+    """
     import onnxruntime_genai as og
 
     prompts = np.asarray(prompts)
     if prompts.ndim != 2 or not np.issubdtype(prompts.dtype, np.integer):
         raise ValueError(f"prompts must be a (batch, length) integer array of token ids, got {prompts.dtype} {prompts.shape}")
-    model, out = og.Model(str(folder)), []
+    if isinstance(model, (str, os.PathLike)):
+        model = og.Model(str(model))
+    elif not isinstance(model, og.Model):
+        raise TypeError(f"model must be an og.Model or the path of a genai folder, got {type(model).__name__}")
+    out = []
     for start in range(0, len(prompts), GENAI_MAX_BATCH):
         chunk = prompts[start : start + GENAI_MAX_BATCH]
         params = og.GeneratorParams(model)
@@ -382,7 +389,7 @@ def genai_generate(folder: str | Path, prompts: np.ndarray, max_length: int) -> 
 
 # ---------------------------------------------------------------- an architecture Optimum does not know (yet)
 def save_unsupported_decoder(folder: str | Path, seed: int = 0) -> Path:
-    """Save a freshly initialised tiny ``MinistralForCausalLM`` (a transformers model Optimum has no ONNX config for) (notebook 12)."""
+    """Save a freshly initialised tiny ``MinistralForCausalLM`` (Optimum has no ONNX config for it), window 4, layers sliding+full (notebook 12)."""
     from transformers import MinistralConfig, MinistralForCausalLM
 
     base = tiny_llama_config()
@@ -395,7 +402,8 @@ def save_unsupported_decoder(folder: str | Path, seed: int = 0) -> Path:
         num_key_value_heads=base.num_key_value_heads,
         head_dim=base.hidden_size // base.num_attention_heads,
         max_position_embeddings=base.max_position_embeddings,
-        sliding_window=base.max_position_embeddings,
+        sliding_window=4,  # shorter than the prompts, so that a parity check exercises the window
+        layer_types=["sliding_attention", "full_attention"],  # what Ministral adds to Mistral
         bos_token_id=tiny_transformer.BOS_ID,
         eos_token_id=tiny_transformer.EOS_ID,
         pad_token_id=tiny_transformer.EOS_ID,

@@ -1,8 +1,10 @@
 """LLM memory arithmetic: the bytes a decoder's weights and its KV cache take, worked out before anything runs.
 
 Introduced in notebook 06 (weights at FP32 / FP16 / INT8 / INT4 with block scales, ``llm_memory_table``)
-and used again in notebook 11 (``kv_cache_bytes_per_token`` for real architectures). ``BITS`` names the
-storage widths the course talks about, so a lesson can write ``weight_bytes(7e9, BITS["int4"], block_size=32)``.
+and used again in notebooks 11 and 12 (``kv_cache_bytes_per_token`` for real architectures). ``BITS`` names the
+storage widths the course talks about, so a lesson can write
+``weight_bytes(7e9, BITS["int4"], block_size=32, scale_dtype="fp32")``. Block scales have no default width:
+``MatMulNBits`` stores them in the model's float type (FP32 scales in an FP32 model), so the caller says which.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from numbers import Real
 
+import numpy as np
+
 BITS: dict[str, int] = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4}
-SCALE_BITS = 16  # one FP16 scale per block: MatMulNBits stores scales in its float input type, FP16 for FP16 LLMs (FP32 models: 32)
+SCALE_DTYPES: dict[str, int] = {"fp32": 32, "fp16": 16, "bf16": 16}  # bits of one block scale, by name
 
 
 def _positive(label: str, value: object) -> float:
@@ -20,37 +24,55 @@ def _positive(label: str, value: object) -> float:
     return float(value)
 
 
-def bits_per_weight(bits: float, *, block_size: int | None = None, scale_bits: int = SCALE_BITS) -> float:
-    """Storage bits of one weight: ``bits`` plus its share of a ``scale_bits`` scale per ``block_size`` weights (notebook 06)."""
+def scale_bits(scale_dtype: object) -> int:
+    """Bits of one block scale: ``scale_dtype`` is "fp32", "fp16", "bf16" or a NumPy float dtype such as ``np.float32`` (notebook 11)."""
+    if isinstance(scale_dtype, str) and scale_dtype.lower() in SCALE_DTYPES:
+        return SCALE_DTYPES[scale_dtype.lower()]
+    try:
+        dtype = np.dtype(scale_dtype)
+    except TypeError:
+        dtype = None
+    if scale_dtype is None or dtype is None or dtype.kind != "f":
+        raise ValueError(f"scale_dtype must be one of {sorted(SCALE_DTYPES)} or a NumPy float dtype, got {scale_dtype!r}")
+    return 8 * dtype.itemsize
+
+
+def bits_per_weight(bits: float, *, block_size: int | None = None, scale_dtype: object = None) -> float:
+    """Storage bits of one weight: ``bits`` plus its share of one ``scale_dtype`` scale per ``block_size`` weights (notebooks 06, 11)."""
     _positive("bits", bits)
     if block_size is None:
         return float(bits)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive whole number of weights (or None), got {block_size!r}")
-    return bits + _positive("scale_bits", scale_bits) / block_size
+    if scale_dtype is None:
+        raise ValueError(
+            "block scales need their dtype: scale_dtype='fp32' for an FP32 model, 'fp16' for an FP16 one "
+            "(MatMulNBits stores the scales in the model's float type)"
+        )
+    return bits + scale_bits(scale_dtype) / block_size
 
 
-def weight_bytes(parameters: float, bits: float, *, block_size: int | None = None, scale_bits: int = SCALE_BITS) -> float:
-    """Bytes of ``parameters`` weights at ``bits`` each (``BITS["int4"]`` = 4), plus block scales with ``block_size`` (notebooks 06, 11)."""
-    return _positive("parameters", parameters) * bits_per_weight(bits, block_size=block_size, scale_bits=scale_bits) / 8
+def weight_bytes(parameters: float, bits: float, *, block_size: int | None = None, scale_dtype: object = None) -> float:
+    """Bytes of ``parameters`` weights at ``bits`` each, plus one ``scale_dtype`` scale per ``block_size`` weights (notebooks 06, 11)."""
+    return _positive("parameters", parameters) * bits_per_weight(bits, block_size=block_size, scale_dtype=scale_dtype) / 8
 
 
-def llm_memory_table(parameters: float = 7e9, block_size: int = 32) -> list[dict[str, object]]:
-    """Weight memory of a ``parameters``-parameter model at FP32/FP16/INT8/INT4 (INT4 with FP16 block scales) (notebook 06)."""
+def llm_memory_table(parameters: float = 7e9, block_size: int = 32, scale_dtype: str = "fp16") -> list[dict[str, object]]:
+    """Weight memory of a ``parameters``-parameter model at FP32/FP16/INT8/INT4 (INT4 with ``scale_dtype`` block scales) (notebook 06)."""
     formats = [
         ("FP32", BITS["fp32"], None),
         ("FP16", BITS["fp16"], None),
         ("INT8 (per-channel)", BITS["int8"], None),
-        (f"INT4 (block {block_size}, FP16 scales)", BITS["int4"], block_size),
+        (f"INT4 (block {block_size}, {scale_dtype.upper()} scales)", BITS["int4"], block_size),
     ]
     fp32 = weight_bytes(parameters, BITS["fp32"])
     rows = []
     for name, bits, block in formats:
-        size = weight_bytes(parameters, bits, block_size=block)
+        size = weight_bytes(parameters, bits, block_size=block, scale_dtype=scale_dtype)
         rows.append(
             {
                 "format": name,
-                "bits / weight": round(bits_per_weight(bits, block_size=block), 2),
+                "bits / weight": round(bits_per_weight(bits, block_size=block, scale_dtype=scale_dtype), 2),
                 "GB (1e9 bytes)": round(size / 1e9, 1),
                 "GiB": round(size / 2**30, 1),
                 "vs FP32": round(size / fp32, 3),

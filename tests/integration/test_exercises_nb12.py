@@ -1,5 +1,7 @@
 """Exercises of notebook 12: typical wrong answers fail (the reference solutions pass in tests/integration/test_exercises_api.py)."""
 
+import shutil
+
 import numpy as np
 import onnx
 import pytest
@@ -40,6 +42,29 @@ def test_q1_rejects_wrong_folders(exports, tmp_path):
         assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
 
 
+def test_q1_blames_the_answer_for_broken_or_borrowed_folders(exports, tmp_path, monkeypatch):
+    from labsupport.course import paths
+    from labsupport.topics.quantization import make_int4
+
+    corrupt = shutil.copytree(exports / "other_with_past", tmp_path / "corrupt")
+    (corrupt / "model.onnx").write_bytes((corrupt / "model.onnx").read_bytes()[:5000])  # an interrupted export
+    no_config = shutil.copytree(exports / "other_with_past", tmp_path / "no_config")
+    (no_config / "config.json").unlink()
+    quantized = shutil.copytree(exports / "other_with_past", tmp_path / "quantized")
+    make_int4(exports / "other_with_past" / "model.onnx", quantized / "model.onnx", block_size=32)
+    monkeypatch.setenv(paths.ARTIFACTS_ENV_VAR, str(tmp_path / "artifacts"))
+    notebooks_own = shutil.copytree(exports / "other_with_past", paths.artifact("nb12/llama_with_past"))
+    for wrong, reason in [
+        (corrupt, "onnx cannot read the folder's model.onnx"),
+        (no_config, "has no config.json"),
+        (quantized, "quantized (MatMulNBits)"),
+        (notebooks_own, "the folder the notebook wrote"),
+        (str(notebooks_own), "the folder the notebook wrote"),
+    ]:
+        outcome = nb12.q1.evaluate(wrong)
+        assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
+
+
 def test_q2_rejects_typical_counting_mistakes():
     def count_op_type(node_filter):
         def answer(path):
@@ -51,6 +76,7 @@ def test_q2_rejects_typical_counting_mistakes():
         (count_op_type(lambda node: "Attention" in node.op_type), "your function says 4"),
         (count_op_type(lambda node: node.op_type == "Attention"), "your function says 2"),
         (count_op_type(lambda node: node.op_type == "Softmax"), "your function says 1"),
+        (count_op_type(lambda node: node.op_type == "Attention" and node.domain in ("com.microsoft", "")), "your function says 2"),
         (lambda path: 2, "your function says 2"),
         (lambda path: "3", "whole number"),
         (lambda path: 3.0, "whole number"),

@@ -143,9 +143,13 @@ def test_genai_status_and_builder_arguments(tmp_path):
         hugging_face.build_genai_model(tmp_path, tmp_path / "out", "int4")
     with pytest.raises(ValueError, match="integer array"):
         hugging_face.genai_generate(tmp_path, np.zeros((2, 3), np.float32), 5)
+    with pytest.raises(TypeError, match=r"og\.Model or the path"):
+        hugging_face.genai_generate(42, np.zeros((2, 3), np.int64), 5)
 
 
 def test_unsupported_decoder_is_saved_with_its_tokenizer(tmp_path):
     folder = hugging_face.save_unsupported_decoder(tmp_path / "ministral")
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "ministral" and (folder / "tokenizer.json").is_file()
+    assert config["sliding_window"] == 4 < T.PROMPT_LENGTH  # the notebook's parity check runs through the window
+    assert config["layer_types"] == ["sliding_attention", "full_attention"]

@@ -7,17 +7,26 @@ from labsupport.exercises import CORRECT, INCORRECT, nb11
 
 
 def test_q1_kv_cache_value_and_wrong_answers():
-    right = 2 * 32 * 8 * 128 * 2 * 4096 * 4
-    assert nb11.q1.reference_answer() == right == 2**31
-    assert nb11.q1.evaluate(float(right)).status == CORRECT
+    right = 2 * 32 * 8 * 128 * 2 * 4096 * 3
+    assert nb11.q1.reference_answer() == right == 3 * 2**29
+    for accepted in [float(right), np.int64(right), right * 1.009]:
+        assert nb11.q1.evaluate(accepted).status == CORRECT, accepted
     for wrong, reason in [
+        (2 * 32 * 32 * 128 * 2 * 4096, "query heads and one sequence"),  # no GQA and no batch: the review's accepted pair
+        (2 * 32 * 32 * 128 * 2 * 4096 * 4, "is not the KV-cache size"),  # the old batch of 4, the old right answer
         (right / 2, "key AND a value"),
         (right * 4, "query heads"),
         (right * 2, "2 bytes"),
-        (right / 4, "one sequence"),
+        (right / 3, "one sequence"),
         (right / 2**30, "bytes, not gigabytes"),
+        (right / 1e9, "bytes, not gigabytes"),
+        (right * 8, "is not the KV-cache size"),  # bits
+        (right / 2**20, "is not the KV-cache size"),  # MiB
+        (right / 4096 / 3, "is not the KV-cache size"),  # one token only
+        (right / 4096 * 4000, "is not the KV-cache size"),
         (12345, "is not the KV-cache size"),
         ("2 GiB", "expected a number"),
+        (str(right), "expected a number"),
         (True, "expected a number"),
     ]:
         outcome = nb11.q1.evaluate(wrong)
@@ -26,15 +35,19 @@ def test_q1_kv_cache_value_and_wrong_answers():
 
 def test_q2_int4_size_and_wrong_answers():
     assert nb11.q2.reference_answer() == pytest.approx(3.9375e9)
+    assert nb11.q2.evaluate(7e9 * 4.5 / 8).status == CORRECT
     for wrong, reason in [
         (3.5e9, "only the 4-bit values"),
         (14e9, "FP16 size"),
-        (3.5e9 + 7e9 / 32 * 4, "not FP32"),
+        (3.5e9 + 7e9 / 32 * 4, "model's float type"),  # FP32 scales: right for an FP32 model, not for this FP16 one
         (3.9375, "bytes, not gigabytes"),
+        (3.9375e9 / 2**30, "bytes, not gigabytes"),
+        (3.9375e9 * 8, "is not the INT4 size"),  # bits
         (-1, "positive"),
     ]:
         outcome = nb11.q2.evaluate(wrong)
         assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
+    assert "FP32 scales" in nb11.q2.evaluate(3.5e9 + 7e9 / 32 * 4).message  # the message no longer denies FP32 scales exist
 
 
 def test_q3_mask_rejects_typical_mistakes():

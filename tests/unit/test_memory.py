@@ -17,10 +17,18 @@ def test_weight_bytes_at_each_width():
 
 
 def test_block_scales_add_their_share():
-    assert weight_bytes(32, BITS["int4"], block_size=32) == 16 + 2  # 32 half-bytes and one FP16 scale
-    assert weight_bytes(7e9, 4, block_size=32) == pytest.approx(7e9 * 4.5 / 8)
-    assert weight_bytes(64, 4, block_size=32, scale_bits=32) == 32 + 2 * 4
-    assert memory.bits_per_weight(4, block_size=128) == 4.125
+    assert weight_bytes(32, BITS["int4"], block_size=32, scale_dtype="fp16") == 16 + 2  # 32 half-bytes and one FP16 scale
+    assert weight_bytes(7e9, 4, block_size=32, scale_dtype="fp16") == pytest.approx(7e9 * 4.5 / 8)
+    assert weight_bytes(64, 4, block_size=32, scale_dtype="fp32") == 32 + 2 * 4
+    assert memory.bits_per_weight(4, block_size=128, scale_dtype="fp16") == 4.125
+
+
+def test_scale_width_follows_the_scale_dtype():
+    assert memory.bits_per_weight(4, block_size=32, scale_dtype="fp32") == 5.0  # the course's FP32 INT4 files: 6.4x
+    assert memory.bits_per_weight(4, block_size=32, scale_dtype=np.float32) == 5.0
+    assert memory.bits_per_weight(4, block_size=32, scale_dtype=np.dtype("float16")) == 4.5
+    assert memory.bits_per_weight(4, block_size=32, scale_dtype="BF16") == 4.5
+    assert 32 / memory.bits_per_weight(4, block_size=32, scale_dtype="fp32") == pytest.approx(6.4)
 
 
 @pytest.mark.parametrize(
@@ -31,7 +39,10 @@ def test_block_scales_add_their_share():
         ({"parameters": 1e9, "bits": "int4"}, "bits must be a positive number"),
         ({"parameters": 1e9, "bits": 4, "block_size": 0}, "block_size must be a positive whole number"),
         ({"parameters": 1e9, "bits": 4, "block_size": 2.5}, "block_size must be a positive whole number"),
-        ({"parameters": 1e9, "bits": 4, "block_size": 32, "scale_bits": 0}, "scale_bits must be a positive number"),
+        ({"parameters": 1e9, "bits": 4, "block_size": 32}, "block scales need their dtype"),
+        ({"parameters": 1e9, "bits": 4, "block_size": 32, "scale_dtype": "int8"}, "scale_dtype must be one of"),
+        ({"parameters": 1e9, "bits": 4, "block_size": 32, "scale_dtype": np.int8}, "scale_dtype must be one of"),
+        ({"parameters": 1e9, "bits": 4, "block_size": 32, "scale_dtype": "float64x"}, "scale_dtype must be one of"),
     ],
 )
 def test_weight_bytes_rejects_bad_input(kwargs, message):
@@ -47,6 +58,8 @@ def test_llm_memory_table_for_a_7b_model():
     assert [r["bits / weight"] for r in rows] == [32, 16, 8, 4.5]
     assert [r["vs FP32"] for r in rows] == [1.0, 0.5, 0.25, 0.141]
     assert llm_memory_table(7e9, block_size=128)[-1]["bits / weight"] == 4.12
+    fp32_scales = llm_memory_table(7e9, scale_dtype="fp32")[-1]
+    assert fp32_scales["format"] == "INT4 (block 32, FP32 scales)" and fp32_scales["bits / weight"] == 5.0
 
 
 def test_kv_cache_bytes_per_token():
