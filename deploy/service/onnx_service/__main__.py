@@ -31,6 +31,26 @@ def _exit_cleanly(signum: int, frame: object) -> None:
     sys.exit(0)
 
 
+def _draining_server(app: object, config: object, drain_seconds: float) -> object:
+    """A uvicorn Server that on SIGTERM first turns /ready to 503 for ``drain_seconds``, then shuts down gracefully."""
+    import threading
+
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            service = app.state.service
+            if sig != signal.SIGTERM or service.draining or drain_seconds <= 0:
+                service.draining = True
+                super().handle_exit(sig, frame)
+                return
+            service.draining = True  # load balancers see /ready 503 and stop sending; requests still get answers
+            logging.getLogger("onnx_service").info("SIGTERM: draining for %g s, then shutting down", drain_seconds)
+            threading.Timer(drain_seconds, super().handle_exit, (sig, frame)).start()
+
+    return DrainingServer(config)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onnx_service", description="Serve an ONNX classifier over HTTP (ONNX Lab, notebook 08).")
     parser.add_argument("--model", help="path of the .onnx file (ONNX_SERVICE_MODEL)")
@@ -52,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-queue-limit", type=int, help="most queued requests before 503 (ONNX_SERVICE_BATCH_QUEUE_LIMIT, default 256)"
     )
+    parser.add_argument("--drain-seconds", type=float, help="after SIGTERM, /ready 503 this long before shutdown (default 0)")
     parser.add_argument("--routing", help="JSON routing document: versions, aliases, split, shadow (ONNX_SERVICE_ROUTING)")
     parser.add_argument("--log-level", help="uvicorn log level (ONNX_SERVICE_LOG_LEVEL, default info)")
     return parser
@@ -126,10 +147,10 @@ def _serve(settings: Settings, app: object, listener: socket.socket) -> int:
         timeout_graceful_shutdown=5,
         server_header=False,
         http=f"{__package__}.protocol:NoDelayHTTPProtocol",
-        lifespan="off",
+        lifespan="on",  # warm-up runs at start-up; /ready answers 503 until it is done
     )
     if settings.workers == 1:
-        server = uvicorn.Server(uvicorn.Config(app, **common))
+        server = _draining_server(app, uvicorn.Config(app, **common), settings.drain_seconds)
         server.run(sockets=[listener])
         return 0 if server.started else 1
     os.environ.update(settings.to_env())  # the worker processes rebuild the settings from these
