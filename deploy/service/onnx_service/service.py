@@ -48,7 +48,7 @@ class Service:
         )
         self.router = router or routing.single(settings.model_name or model.name, model, self.make_batcher(model))
         self.metrics.queue_depth = self.queued
-        self.waiting = 0  # threadpool mode: requests waiting for an inference slot
+        self.in_flight = 0  # threadpool mode: requests running or waiting for an inference slot
         self.warm, self.draining = False, False
         self._background: set[asyncio.Task] = set()
 
@@ -69,9 +69,13 @@ class Service:
         """Load another version of the model with the service's thread setting."""
         return load_served_model(path, threads=self.settings.threads)
 
+    def waiting_for_slot(self) -> int:
+        """Threadpool mode: requests that wait for an inference slot (the running ones hold one)."""
+        return max(0, self.in_flight - int(self.inference_slots.borrowed_tokens))
+
     def queued(self) -> int:
         """Requests waiting for an inference slot, in every mode."""
-        return self.waiting + sum(v.runner.queued for v in self.router.versions.values() if v.runner)
+        return self.waiting_for_slot() + sum(v.runner.queued for v in self.router.versions.values() if v.runner)
 
     def readiness(self) -> str | None:
         """Why the service should get no traffic now (None: ready)."""
@@ -108,13 +112,13 @@ class Service:
         if self.settings.handler == "naive":  # blocks the event loop: every other request waits (notebook 08 measures it)
             outputs, seconds = self._timed_run(version.model, batch)
         else:  # a worker thread computes; the loop keeps serving
-            if self.inference_slots.available_tokens == 0 and self.waiting >= self.settings.batch_queue_limit:
+            if self.waiting_for_slot() >= self.settings.batch_queue_limit:
                 raise QueueFull(self.settings.batch_queue_limit)
-            self.waiting += 1
+            self.in_flight += 1
             try:
                 outputs, seconds = await anyio.to_thread.run_sync(self._timed_run, version.model, batch, limiter=self.inference_slots)
             finally:
-                self.waiting -= 1
+                self.in_flight -= 1
         self.metrics.observe_inference(len(batch), seconds)
         return outputs
 
