@@ -306,14 +306,23 @@ def test_service_bench_ratios_and_target_from_fake_results(tmp_path):
         (1, 32),
         {
             service_bench.PER_REQUEST: [result(1, 100, 10), result(32, 50, 800)],
-            service_bench.BATCHING: [result(1, 90, 12), result(32, 120, 400)],
+            service_bench.BATCHING: [result(1, 98, 10.8), result(32, 120, 400)],
         },
         {},
         {"requests": 200, "runs": 80, "examples_run": 200, "examples_requested": 200, "mean_queue_wait_ms": 1.0},
     )
-    assert comparison.throughput_ratio(32) == 2.4 and comparison.p99_ratio(32) == 0.5 and comparison.target_met()
+    assert comparison.throughput_ratio(32) == 2.4 and comparison.p99_ratio(32) == 0.5 and comparison.loaded_target_met()
+    assert comparison.p50_ratio(1) == pytest.approx(1.08) and comparison.lone_target_met() and comparison.target_met()
     assert comparison.merged and comparison.every_example_once and comparison.failures == 0
     assert "concurrency 32: batching serves 2.40x" in comparison.ratio_lines()[1]
     saved = __import__("json").loads(comparison.to_json(tmp_path / "b.json").read_text())
-    assert saved["target"]["met"] is True and saved["ratios"]["1"]["throughput"] == 0.9
+    assert saved["target"]["met"] is True and saved["ratios"]["1"]["throughput"] == 0.98
+    slow_alone = service_bench.BatchingComparison(
+        (1, 32),
+        {**comparison.results, service_bench.BATCHING: [result(1, 70, 14), result(32, 120, 400)]},
+        {},
+        comparison.batcher,
+    )
+    assert slow_alone.loaded_target_met() and not slow_alone.lone_target_met() and not slow_alone.target_met()
+    assert "(1.40x)" in slow_alone.ratio_lines()[0]
     assert service_bench.requests_for(1) == 100 and service_bench.requests_for(32) == 320 and service_bench.requests_for(1, 0.1) == 20
