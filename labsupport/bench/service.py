@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass
+import statistics
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from labsupport.course.paths import artifact, relative
@@ -22,6 +23,7 @@ from labsupport.topics import serving
 
 PER_REQUEST, BATCHING = "per-request", "batching"
 LEVELS = (1, 4, 16, 32)
+ROUNDS = 5  # each level runs in this many short rounds, alternating the two services: drift hits both alike
 ARTIFACT = "bench_service.json"
 # the targets: at one client batching costs at most 10% at p50 (an idle batcher runs a lone request at once);
 # at the highest concurrency it serves at least 2x the requests/s with a p99 no worse
@@ -115,6 +117,23 @@ class BatchingComparison:
         return self.lone_target_met() and self.loaded_target_met()
 
 
+def combine(rounds: list[serving.LoadResult]) -> serving.LoadResult:
+    """One result from alternating rounds: counts and time summed, the median of the rounds' p50 and p99."""
+    seconds = sum(r.seconds for r in rounds)
+    return replace(
+        rounds[0],
+        requests=sum(r.requests for r in rounds),
+        ok=sum(r.ok for r in rounds),
+        errors=sum(r.errors for r in rounds),
+        wrong=sum(r.wrong for r in rounds),
+        seconds=seconds,
+        throughput=sum(r.throughput * r.seconds for r in rounds) / seconds,
+        p50_ms=statistics.median(r.p50_ms for r in rounds),
+        p99_ms=statistics.median(r.p99_ms for r in rounds),
+        statuses={code: sum(r.statuses.get(code, 0) for r in rounds) for code in {c for r in rounds for c in r.statuses}},
+    )
+
+
 def requests_for(concurrency: int, scale: float = 1.0) -> int:
     """Requests sent at one level: about 10 per client, at least 100 (p99 needs samples), times ``scale``."""
     return max(20, round(max(100, 10 * concurrency) * scale))
@@ -145,11 +164,13 @@ def measure_batching(
     levels: tuple[int, ...] = LEVELS,
     scale: float = 1.0,
     warm_up: int = 40,
+    rounds: int = ROUNDS,
 ) -> BatchingComparison:
     """Load-test two running services of ``model``, one inference per request and with the batcher on.
 
     Each gets ``warm_up`` requests first (the first runs allocate); then at each level both get the
-    same single-image requests, alternately, so that drift hits both alike. Each answer is checked
+    same single-image requests in ``rounds`` short rounds, alternately, so that drift on a shared
+    machine hits both alike (``combine`` merges the rounds). Each answer is checked
     against an in-process ONNX Runtime run of its own input. The batching service's counters come
     from its ``/metrics``, so it should be fresh.
     """
@@ -171,12 +192,15 @@ def measure_batching(
         for service in services.values():
             serving.load_test(service.url, bodies, concurrency=4, requests=warm_up, expected=expected)
     for concurrency in levels:
-        for mode, service in services.items():
-            results[mode].append(
-                serving.load_test(
-                    service.url, bodies, concurrency=concurrency, requests=requests_for(concurrency, scale), expected=expected, timeout=120
+        per_round = max(concurrency, requests_for(concurrency, scale) // rounds)
+        runs: dict[str, list[serving.LoadResult]] = {mode: [] for mode in services}
+        for _ in range(rounds):
+            for mode, service in services.items():
+                runs[mode].append(
+                    serving.load_test(service.url, bodies, concurrency=concurrency, requests=per_round, expected=expected, timeout=120)
                 )
-            )
+        for mode in services:
+            results[mode].append(combine(runs[mode]))
     return BatchingComparison(tuple(levels), results, settings, _batcher_counts(batching.url))
 
 

@@ -325,4 +325,8 @@ def test_service_bench_ratios_and_target_from_fake_results(tmp_path):
     )
     assert slow_alone.loaded_target_met() and not slow_alone.lone_target_met() and not slow_alone.target_met()
     assert "(1.40x)" in slow_alone.ratio_lines()[0]
+    rounds = [result(4, 100, 10), result(4, 50, 30), result(4, 100, 20)]  # 100 requests in 1.0 s each
+    combined = service_bench.combine(rounds)
+    assert combined.requests == 300 and combined.seconds == 3.0 and combined.statuses == {200: 300}
+    assert combined.throughput == pytest.approx(250 / 3) and combined.p50_ms == 10 and combined.p99_ms == 20
     assert service_bench.requests_for(1) == 100 and service_bench.requests_for(32) == 320 and service_bench.requests_for(1, 0.1) == 20

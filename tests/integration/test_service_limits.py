@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -154,3 +157,29 @@ def test_ready_turns_503_while_draining_after_sigterm_and_requests_are_still_ser
     assert predicted.status_code == 200 and len(predicted.json()["predictions"]) == 2
     assert service.process.wait(15) == 0, service.log_text()[-2000:]
     assert "draining for 3 s" in service.log_text()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state  # a zombie has exited; only its exit status waits to be collected
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is a Linux feature")
+def test_the_service_exits_when_the_process_that_started_it_dies():
+    starter = f"""
+import os
+from labsupport.topics import serving
+service = serving.start({str(ensure_digits_cnn())!r})
+print(service.process.pid, flush=True)
+os._exit(0)  # a crash: no atexit clean-up, no stop()
+"""
+    started = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=120)
+    pid = int(started.stdout.split()[-1])
+    deadline = time.monotonic() + 20
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), "the service outlived the process that started it"
