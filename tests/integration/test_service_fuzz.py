@@ -78,14 +78,16 @@ content_types = st.one_of(
 header_values = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=100)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(body=bodies, content_type=content_types, request_key=header_values, authorization=header_values)
 def test_generated_requests_never_get_a_5xx(client, body, content_type, request_key, authorization):
     headers = {"content-type": content_type, "x-request-key": request_key, "authorization": authorization}
     assert_client_error_or_success(client.post("/predict", content=body, headers=latin1(headers)))
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=bodies, authorization=header_values)
 def test_generated_admin_requests_never_get_a_5xx(client, body, authorization):
     headers = {"content-type": "application/json", "authorization": authorization}
