@@ -45,6 +45,19 @@ def _die_with_parent() -> None:
         sys.exit(0)
 
 
+def _die_with_parent() -> None:
+    """Linux: ask for SIGTERM when the process named in ONNX_SERVICE_PARENT_PID dies; exit now if it is gone."""
+    parent = os.environ.get(PARENT_PID, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(parent):  # it died before the request above took effect
+        sys.exit(0)
+
+
 def _draining_server(app: object, config: object, drain_seconds: float) -> object:
     """A uvicorn Server that on SIGTERM first turns /ready to 503 for ``drain_seconds``, then shuts down gracefully."""
     import threading
@@ -165,7 +178,7 @@ def _serve(settings: Settings, app: object, listener: socket.socket) -> int:
         lifespan="on",  # warm-up runs at start-up; /ready answers 503 until it is done
     )
     if settings.workers == 1:
-        server = _draining_server(app, uvicorn.Config(app, **common), settings.drain_seconds)
+        server = uvicorn.Server(uvicorn.Config(app, **common))
         server.run(sockets=[listener])
         return 0 if server.started else 1
     os.environ.update(settings.to_env())  # the worker processes rebuild the settings from these

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
+import threading
 import time
 from contextlib import asynccontextmanager
 from typing import Any
@@ -71,6 +73,33 @@ def _read_routing(path: str) -> Any:
         raise ConfigError(f"ONNX_SERVICE_ROUTING={path!r}: cannot read a JSON routing document ({error})") from None
 
 
+def _drain_on_sigterm(service: Service) -> None:
+    """Wrap the server's SIGTERM handler: /ready turns 503 at once, shutdown starts ``drain_seconds`` later.
+
+    Called at start-up, after uvicorn installed its handlers; in every worker process. Only the main
+    thread can set signal handlers (a test client runs the app elsewhere: nothing to wrap there).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    shut_down = signal.getsignal(signal.SIGTERM)
+    if not callable(shut_down):
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        if service.draining:  # a second SIGTERM: no more waiting
+            shut_down(signum, frame)
+            return
+        service.draining = True  # load balancers see /ready 503 and stop sending; requests still get answers
+        delay = service.settings.drain_seconds
+        log.info("SIGTERM: draining for %g s, then shutting down", delay)
+        if delay > 0:
+            threading.Timer(delay, shut_down, (signum, frame)).start()
+        else:
+            shut_down(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 async def _admin_refusal(request: Request, refusal: admin.AdminRefusal) -> JSONResponse:
     return JSONResponse({"error": refusal.code, "detail": refusal.detail}, status_code=refusal.status_code)
 
@@ -86,6 +115,7 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         warm_up = asyncio.get_running_loop().create_task(service.warm_up())  # /ready answers 503 until it is done
+        _drain_on_sigterm(service)
         yield
         warm_up.cancel()
 
