@@ -45,39 +45,6 @@ def _die_with_parent() -> None:
         sys.exit(0)
 
 
-def _die_with_parent() -> None:
-    """Linux: ask for SIGTERM when the process named in ONNX_SERVICE_PARENT_PID dies; exit now if it is gone."""
-    parent = os.environ.get(PARENT_PID, "")
-    if not parent.isdigit() or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if os.getppid() != int(parent):  # it died before the request above took effect
-        sys.exit(0)
-
-
-def _draining_server(app: object, config: object, drain_seconds: float) -> object:
-    """A uvicorn Server that on SIGTERM first turns /ready to 503 for ``drain_seconds``, then shuts down gracefully."""
-    import threading
-
-    import uvicorn
-
-    class DrainingServer(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: object) -> None:
-            service = app.state.service
-            if sig != signal.SIGTERM or service.draining or drain_seconds <= 0:
-                service.draining = True
-                super().handle_exit(sig, frame)
-                return
-            service.draining = True  # load balancers see /ready 503 and stop sending; requests still get answers
-            logging.getLogger("onnx_service").info("SIGTERM: draining for %g s, then shutting down", drain_seconds)
-            threading.Timer(drain_seconds, super().handle_exit, (sig, frame)).start()
-
-    return DrainingServer(config)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onnx_service", description="Serve an ONNX classifier over HTTP (ONNX Lab, notebook 08).")
     parser.add_argument("--model", help="path of the .onnx file (ONNX_SERVICE_MODEL)")
