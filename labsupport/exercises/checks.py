@@ -7,6 +7,7 @@ every step that runs or loads the learner's answer goes through these helpers or
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,10 +22,14 @@ if TYPE_CHECKING:
     import onnxruntime
 
 
+# ONNX Runtime's C++ location prefix: "/onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(...) "
+_CPP_LOCATION = re.compile(r"\S+\.(?:cc|cpp|h):\d+ [^(]*\([^)]*\)\s*")
+
+
 def error_summary(error: BaseException, limit: int = 300) -> str:
-    """The first part of an error message on one line, without onnx's ``==> Context`` appendix."""
+    """The first part of an error message on one line, without onnx's ``==> Context`` appendix or ORT's C++ location."""
     text = " ".join(str(error).split("==> Context")[0].split())
-    return text[:limit] or type(error).__name__
+    return _CPP_LOCATION.sub("", text)[:limit] or type(error).__name__
 
 
 @contextmanager
@@ -73,11 +78,14 @@ def expect_close(want: object, got: object, *, what: str, atol: float = 1e-5, rt
         compare(want, got, atol=atol, rtol=rtol, name="yours vs expected", classifier=False)
 
 
-def onnx_session(answer: object, what: str = "an ONNX ModelProto or a .onnx path") -> onnxruntime.InferenceSession:
+def onnx_session(
+    answer: object, what: str = "an ONNX ModelProto or a .onnx path", *, optimization: str = "all"
+) -> onnxruntime.InferenceSession:
     """A CPU InferenceSession for ``answer`` (a ModelProto or the path of an .onnx file), for checkers.
 
     Raises ``Incorrect`` naming ``what`` was expected when the answer is neither, when the path
     does not exist, or when ONNX Runtime cannot load the model (first line of its message only).
+    ``optimization="disable"`` runs the graph as written (ORT's default rewrites delete a Dropout, for one).
     """
     import onnx
 
@@ -86,4 +94,4 @@ def onnx_session(answer: object, what: str = "an ONNX ModelProto or a .onnx path
     if not isinstance(answer, onnx.ModelProto):
         answer = answer_path(answer, what)
     with blame_answer("ONNX Runtime cannot load the model"):
-        return open_session(answer)
+        return open_session(answer, optimization=optimization)
