@@ -27,7 +27,10 @@ PYTHON_SERIES = (3, 11)
 # Set by `make test-latest`: newer releases than the pins are accepted (missing packages are still problems).
 UNPINNED_ENV_VAR = "ONNX_LAB_UNPINNED"
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)\s*(?:;\s*([^#]+))?")
-FIX_HINT = "run `make lab` (or `make test`) from the repo root to (re)install the pinned environment in .venv"
+FIX_HINT = (
+    "run `make lab` (or `make test`) from the repo root to (re)install the pinned environment in .venv; "
+    "on Binder or JupyterHub the environment comes from binder/, so tell whoever runs the hub"
+)
 # the course's own packages under deploy/, which requirements.txt cannot pin: 00's CPU report, 08, 09 and 13 import them
 DEPLOY_PACKAGES = {"onnx-service": "deploy/service", "onnx-web-demo": "deploy/web"}
 # the graphviz pip package only calls the `dot` program, which is a system package
