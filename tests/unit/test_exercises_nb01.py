@@ -163,6 +163,4 @@ def test_error_summary_drops_onnxruntimes_cpp_location():
         "onnxruntime::Model::Model(onnx::ModelProto&&, const onnxruntime::PathString&, const onnxruntime::ModelOptions&) "
         "Unsupported model IR version: 14, max supported IR version: 13"
     )
-    assert (
-        error_summary(RuntimeError(raw)) == "[ONNXRuntimeError] : 1 : FAIL : Unsupported model IR version: 14, max supported IR version: 13"
-    )
+    assert error_summary(RuntimeError(raw)) == "Unsupported model IR version: 14, max supported IR version: 13"
