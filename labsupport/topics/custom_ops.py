@@ -27,7 +27,7 @@ def find_ort_headers() -> Path | None:
     """The first folder holding ``onnxruntime_lite_custom_op.h``: $ORT_INCLUDE_DIR, build/ort-headers, the system's."""
     override = os.environ.get(INCLUDE_ENV_VAR)
     candidates = [Path(override)] if override else []
-    candidates += [headers_dir(), Path("/usr/include/onnxruntime"), Path("/usr/local/include/onnxruntime")]
+    candidates += [headers_dir(), *(Path(prefix) / "include" / "onnxruntime" for prefix in ("/usr", "/usr/local", "/opt/homebrew"))]
     return next((folder for folder in candidates if (folder / HEADER).is_file()), None)
 
 

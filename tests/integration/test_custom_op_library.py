@@ -55,12 +55,12 @@ def test_missing_attribute_is_an_error_at_session_creation(library):
 
 def test_missing_headers_name_the_fetch_command(monkeypatch, tmp_path):
     monkeypatch.setattr(custom_ops, "find_ort_headers", lambda: None)
-    with pytest.raises(FileNotFoundError, match="labsupport.maintain.ort_headers"):
+    with pytest.raises(FileNotFoundError, match=r"labsupport\.maintain\.ort_headers"):
         custom_ops.build_custom_op_library(SOURCE, tmp_path / "lib.so")
 
 
 def test_compile_error_is_reported_with_the_compiler_message(library, tmp_path):
     broken = tmp_path / "broken.cc"
     broken.write_text("int main( {\n")
-    with pytest.raises(RuntimeError, match="compiling broken.cc failed"):
+    with pytest.raises(RuntimeError, match=r"compiling broken\.cc failed"):
         custom_ops.build_custom_op_library(broken, tmp_path / "broken.so")
