@@ -86,4 +86,4 @@ def onnx_session(answer: object, what: str = "an ONNX ModelProto or a .onnx path
     if not isinstance(answer, onnx.ModelProto):
         answer = answer_path(answer, what)
     with blame_answer("ONNX Runtime cannot load the model"):
-        return open_session(answer)
+        return open_session(answer, log_severity=4)  # fatal only: a failed run is reported in the verdict, not in red
