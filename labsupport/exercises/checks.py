@@ -117,4 +117,6 @@ def onnx_session(
     if not isinstance(answer, onnx.ModelProto):
         answer = answer_path(answer, what)
     with blame_answer("ONNX Runtime cannot load the model"):
-        return open_session(answer, optimization=optimization)
+        return open_session(
+            answer, optimization=optimization, log_severity=4
+        )  # fatal only: a failed run is reported in the verdict, not in red
