@@ -2,13 +2,12 @@
 
     python -m labsupport.maintain.ort_headers [--dest build/ort-headers]
 
-The onnxruntime wheel ships no headers. Debian packages them as ``libonnxruntime-dev``; this downloads that one
-package with ``apt-get download`` through a private apt configuration (its own sources list, state and cache
-in a temporary folder, pointing at Debian trixie, so the host's apt is not touched and root is not needed),
-checks its SHA-256 and unpacks ``usr/include/onnxruntime`` with the standard library. The headers are for
-ONNX Runtime 1.21; ORT's C API is versioned and backward compatible, so a library built with them loads into
-the course's newer ONNX Runtime (it asks for API version ``ORT_API_VERSION`` 21). Needs ``apt-get`` (any
-Debian or Ubuntu host) and the Debian archive; stdlib only, so CI can run it before the course's venv exists.
+The onnxruntime wheel ships no headers. Debian packages them as ``libonnxruntime-dev``; this downloads that
+one package file from Debian's archive (any OS: the headers are the same for every architecture), checks it
+against the SHA-256 pinned here and unpacks ``usr/include/onnxruntime`` with the standard library. The
+headers are ONNX Runtime 1.21's; ORT's C API is versioned and backward compatible, so a library built with
+them loads into the course's newer ONNX Runtime (it asks for API version ``ORT_API_VERSION`` 21). Standard
+library only: ``make`` runs it once, before the tests, with the venv's Python or any other.
 """
 
 from __future__ import annotations
@@ -17,50 +16,27 @@ import argparse
 import hashlib
 import io
 import lzma
-import os
 import shutil
-import subprocess
 import tarfile
 import tempfile
+import urllib.request
 from pathlib import Path
 
 from labsupport.topics.custom_ops import headers_dir
 
-PACKAGE = "libonnxruntime-dev=1.21.0+dfsg-1"
+DEB_URL = "https://deb.debian.org/debian/pool/main/o/onnxruntime/libonnxruntime-dev_1.21.0+dfsg-1_amd64.deb"
 DEB_SHA256 = "14f7d959d5deacbcf1504830d4189f91fc67382b399ed9ae9d3aa9c4050ced08"
-SOURCES = "deb http://deb.debian.org/debian trixie main\n"
 INCLUDE = "usr/include/onnxruntime/"
 
 
-def _apt_options(apt_dir: Path) -> list[str]:
-    for sub in ("state/lists/partial", "cache/archives/partial", "etc/apt.conf.d", "etc/preferences.d"):
-        (apt_dir / sub).mkdir(parents=True, exist_ok=True)
-    (apt_dir / "etc" / "sources.list").write_text(SOURCES)
-    settings = {
-        "Dir::Etc": apt_dir / "etc",
-        "Dir::Etc::sourcelist": apt_dir / "etc" / "sources.list",
-        "Dir::Etc::sourceparts": "-",
-        "Dir::State": apt_dir / "state",
-        "Dir::State::status": apt_dir / "state" / "status",
-        "Dir::Cache": apt_dir / "cache",
-        "Dir::Etc::trusted": "/usr/share/keyrings/debian-archive-keyring.gpg",
-        "Dir::Etc::trustedparts": "/etc/apt/trusted.gpg.d",
-        "APT::Sandbox::User": "root" if os.geteuid() == 0 else "",
-    }
-    (apt_dir / "state" / "status").touch()
-    return [arg for key, value in settings.items() if value != "" for arg in ("-o", f"{key}={value}")]
-
-
-def download_deb(workdir: Path) -> Path:
+def download_deb(workdir: Path, url: str = DEB_URL) -> Path:
     """Download the pinned ``libonnxruntime-dev`` .deb into ``workdir`` and check its SHA-256."""
-    if shutil.which("apt-get") is None:
-        raise RuntimeError("apt-get not found: fetching ONNX Runtime's headers needs a Debian or Ubuntu host")
-    options = _apt_options(workdir / "apt")
-    for command in (["update", "-qq"], ["download", "-qq", PACKAGE]):
-        done = subprocess.run(["apt-get", *options, *command], cwd=workdir, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"apt-get {command[0]} failed ({done.returncode}): {done.stderr.strip()}")
-    (deb,) = workdir.glob("libonnxruntime-dev_*.deb")
+    deb = workdir / url.rsplit("/", 1)[-1]
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            deb.write_bytes(response.read())
+    except OSError as error:
+        raise RuntimeError(f"could not download {url}: {error}") from error
     digest = hashlib.sha256(deb.read_bytes()).hexdigest()
     if digest != DEB_SHA256:
         raise RuntimeError(f"{deb.name} has SHA-256 {digest}, expected {DEB_SHA256}")

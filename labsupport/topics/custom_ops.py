@@ -1,7 +1,7 @@
 """Compiled custom operators (notebook 10): find ONNX Runtime's C/C++ headers and build a custom-op library.
 
 The onnxruntime wheel ships no headers; ``python -m labsupport.maintain.ort_headers`` puts them in
-``build/ort-headers/include`` (CI does so before the tests). Notebook 10 shows the raw ``g++`` call first.
+``build/ort-headers/include`` (``make lab`` and ``make test`` run it once). Notebook 10 shows the raw ``g++`` call first.
 """
 
 from __future__ import annotations

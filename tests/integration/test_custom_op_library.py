@@ -1,6 +1,6 @@
 """deploy/custom_op/softcap_op.cc (notebook 10, section 7) compiles against ONNX Runtime's headers and runs in ORT.
 
-The headers come from ``python -m labsupport.maintain.ort_headers`` (.ci/run fetches them): fail in CI, skip elsewhere.
+The headers come from ``python -m labsupport.maintain.ort_headers`` (``make test`` fetches them): fail in CI, skip elsewhere.
 """
 
 from __future__ import annotations

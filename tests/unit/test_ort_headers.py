@@ -51,3 +51,17 @@ def test_fetch_does_nothing_when_the_headers_are_there(tmp_path, monkeypatch):
     (tmp_path / "include" / "onnxruntime_lite_custom_op.h").write_text("")
     monkeypatch.setattr(ort_headers, "download_deb", lambda workdir: pytest.fail("must not download"))
     assert ort_headers.fetch(tmp_path) == tmp_path / "include"
+
+
+def test_download_refuses_a_file_with_another_sha256(tmp_path):
+    served = tmp_path / "served" / "libonnxruntime-dev_tampered.deb"
+    served.parent.mkdir()
+    served.write_bytes(b"!<arch>\nnot the pinned package")
+    with pytest.raises(RuntimeError, match=r"has SHA-256 [0-9a-f]{64}, expected " + ort_headers.DEB_SHA256):
+        ort_headers.download_deb(tmp_path, served.as_uri())
+
+
+def test_an_unreachable_archive_names_the_address(tmp_path):
+    missing = (tmp_path / "nowhere.deb").as_uri()
+    with pytest.raises(RuntimeError, match=r"could not download file:"):
+        ort_headers.download_deb(tmp_path / "work", missing)
