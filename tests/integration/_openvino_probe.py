@@ -6,17 +6,26 @@ import contextlib
 import io
 import json
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pandas
 
+from labsupport.bench import runtime as runtime_bench
 from labsupport.course.data import load_digits
 from labsupport.course.display import expect_error
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.onnxutil import plugins, sessions
 
 OPENVINO_CELLS = sys.argv[1].split(",")
+
+
+def _batch_one_bench() -> SimpleNamespace:
+    """runtime_bench with provider_table at batch 1 and 2 timed calls: emulation is far too slow for the notebook's sweep."""
+    names = {name: getattr(runtime_bench, name) for name in ("CPU_EP", "CPU_EP_AGAIN", "OPENVINO_EP")}
+    return SimpleNamespace(provider_table=lambda *args, **kwargs: runtime_bench.provider_table((1,), repeat=2), **names)
 
 
 def main() -> None:
@@ -30,6 +39,8 @@ def main() -> None:
         "sessions": sessions,
         "expect_error": expect_error,
         "display": print,
+        "pandas": pandas,
+        "runtime_bench": _batch_one_bench(),
         "model_path": model_path,
         "session": ort.InferenceSession(model_path, providers=["CPUExecutionProvider"]),
         "batch64": {"image": load_digits().test.images[:64]},
@@ -52,6 +63,7 @@ def main() -> None:
         "scaler_provider": placed.set_index("node").loc["scaler", "provider"],
         "openvino_nodes": int((placed["provider"] == plugins.OPENVINO).sum()),
         "precision_gaps": namespace["precision_gaps"],
+        "openvino_bench_models": [row["model"] for row in namespace["provider_rows"] if row["candidate"] == runtime_bench.OPENVINO_EP],
     }
     print(json.dumps({"facts": facts, "outputs": outputs}))
 

@@ -16,7 +16,8 @@ from labsupport.course.paths import repo_root
 
 NOTEBOOK = repo_root() / "notebooks" / "05_runtime_and_providers.ipynb"
 PROBE = repo_root() / "tests" / "integration" / "_openvino_probe.py"
-OPENVINO_CELLS = ["5f0a6b02", "5f0a6b04", "5f0a6b06", "5f0a6b09", "5f0a6b0f", "5f0a6b0c", "5f0a6b0d"]
+OPENVINO_CELLS = ["5f0a6b02", "5f0a6b04", "5f0a6b06", "5f0a6b09", "5f0a6b0f", "5f0a6b0c", "5f0a6b11", "5f0a6b13", "5f0a6b0d"]
+BATCH_ONE_ONLY = {"5f0a6b11"}  # the probe times batch 1 only under emulation: this cell's count differs by design
 
 pytestmark = [
     pytest.mark.slow,
@@ -59,9 +60,13 @@ def test_the_f32_hint_keeps_float32_parity(under_haswell):
     assert under_haswell["facts"]["precision_gaps"]["f32 hint"] < 1e-4
 
 
+def test_the_provider_bench_times_openvino_on_every_model(under_haswell):
+    assert under_haswell["facts"]["openvino_bench_models"] == ["CNN FP32", "CNN INT8", "wide MLP FP32", "wide MLP INT8"]
+
+
 def test_compared_cells_print_what_the_committed_notebook_shows(under_haswell):
     cells = {cell["id"]: cell for cell in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
     for cell_id in OPENVINO_CELLS:
-        if "NBVAL_IGNORE_OUTPUT" in "".join(cells[cell_id]["source"]):
+        if "NBVAL_IGNORE_OUTPUT" in "".join(cells[cell_id]["source"]) or cell_id in BATCH_ONE_ONLY:
             continue
         assert under_haswell["outputs"][cell_id] == _committed_text(cells[cell_id]), cell_id
