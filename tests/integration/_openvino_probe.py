@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import sys
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,6 +17,7 @@ import pandas
 from labsupport.bench import runtime as runtime_bench
 from labsupport.course.data import load_digits
 from labsupport.course.display import expect_error
+from labsupport.course.paths import artifact
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.onnxutil import plugins, sessions
 
@@ -39,6 +41,8 @@ def main() -> None:
         "sessions": sessions,
         "expect_error": expect_error,
         "display": print,
+        "time": time,
+        "artifact": artifact,
         "pandas": pandas,
         "runtime_bench": _batch_one_bench(),
         "model_path": model_path,
@@ -63,6 +67,7 @@ def main() -> None:
         "scaler_provider": placed.set_index("node").loc["scaler", "provider"],
         "openvino_nodes": int((placed["provider"] == plugins.OPENVINO).sum()),
         "precision_gaps": namespace["precision_gaps"],
+        "context_ops": namespace["context_ops"],
         "openvino_bench_models": [row["model"] for row in namespace["provider_rows"] if row["candidate"] == runtime_bench.OPENVINO_EP],
     }
     print(json.dumps({"facts": facts, "outputs": outputs}))

@@ -16,7 +16,7 @@ from labsupport.course.paths import repo_root
 
 NOTEBOOK = repo_root() / "notebooks" / "05_runtime_and_providers.ipynb"
 PROBE = repo_root() / "tests" / "integration" / "_openvino_probe.py"
-OPENVINO_CELLS = ["5f0a6b02", "5f0a6b04", "5f0a6b06", "5f0a6b09", "5f0a6b0f", "5f0a6b0c", "5f0a6b11", "5f0a6b13", "5f0a6b0d"]
+OPENVINO_CELLS = ["5f0a6b02", "5f0a6b04", "5f0a6b06", "5f0a6b09", "5f0a6b0f", "5f0a6b0c", "5f0a6b15", "5f0a6b11", "5f0a6b13", "5f0a6b0d"]
 BATCH_ONE_ONLY = {"5f0a6b11"}  # the probe times batch 1 only under emulation: this cell's count differs by design
 
 pytestmark = [
@@ -58,6 +58,10 @@ def test_a_node_openvino_lacks_falls_back_to_the_cpu_provider(under_haswell):
 
 def test_the_f32_hint_keeps_float32_parity(under_haswell):
     assert under_haswell["facts"]["precision_gaps"]["f32 hint"] < 1e-4
+
+
+def test_the_epcontext_export_holds_the_compiled_model(under_haswell):
+    assert under_haswell["facts"]["context_ops"] and set(under_haswell["facts"]["context_ops"]) == {"EPContext"}
 
 
 def test_the_provider_bench_times_openvino_on_every_model(under_haswell):
