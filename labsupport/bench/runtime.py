@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -181,6 +182,66 @@ def thread_table(batch_sizes: Sequence[int] = (1, 64), *, warmup: int = 3, repea
     return timing.merge(tables)
 
 
+CPU_EP, CPU_EP_AGAIN, OPENVINO_EP = "CPU EP", "CPU EP (A/A: the same again)", "OpenVINO EP (f32 hint)"
+
+
+def provider_models() -> dict[str, tuple[Path, Callable[[int], np.ndarray]]]:
+    """The models the provider comparison times: the CNN and the wide MLP, FP32 and notebook 06's static INT8."""
+    from labsupport.course.paths import artifact
+    from labsupport.models.wide_mlp import ensure_digits_mlp
+    from labsupport.topics import quantization
+
+    mlp = ensure_digits_mlp()
+    mlp_int8 = artifact("bench_digits_mlp_int8.onnx")
+    if not mlp_int8.exists():
+        prepared = quantization.preprocess(mlp, artifact("bench_digits_mlp_prep.onnx"))
+        quantization.make_static_int8(prepared, mlp_int8)
+    images = batch_of_digits
+
+    def flat(size: int) -> np.ndarray:
+        return images(size).reshape(size, -1)
+
+    return {
+        "CNN FP32": (ensure_digits_cnn(), images),
+        "CNN INT8": (quantization.ensure_digits_cnn_int8(), images),
+        "wide MLP FP32": (mlp, flat),
+        "wide MLP INT8": (mlp_int8, flat),
+    }
+
+
+def provider_table(batch_sizes: Sequence[int] = (1, 64), *, repeat: int = 30) -> tuple[list[dict[str, object]], str]:
+    """OpenVINO EP vs CPU EP (each with its default threads) per model and batch, in one run, with an A/A row.
+
+    Returns the rows (model, batch, candidate, median ms, ratio to the CPU EP, same predictions) and a note:
+    empty when OpenVINO ran, else why it could not (``plugins.register_openvino().reason``).
+    """
+    from labsupport.onnxutil import plugins
+
+    status = plugins.register_openvino()
+    rows = []
+    for model_name, (path, inputs) in provider_models().items():
+        sessions = {CPU_EP: open_session(path), CPU_EP_AGAIN: open_session(path)}
+        if status.usable:
+            sessions[OPENVINO_EP] = plugins.session_on_devices(path, status.devices, plugins.F32_HINT)
+        for size in batch_sizes:
+            feeds = {sessions[CPU_EP].get_inputs()[0].name: inputs(size)}
+            reference = sessions[CPU_EP].run(None, feeds)[0].argmax(axis=1)
+            fns = {name: (lambda session=session, feeds=feeds: session.run(None, feeds)) for name, session in sessions.items()}
+            table = timing.compare_candidates(fns, baseline=CPU_EP, batch_size=size, warmup=3, repeat=repeat, blocks=3)
+            for name, session in sessions.items():
+                rows.append(
+                    {
+                        "model": model_name,
+                        "batch": size,
+                        "candidate": name,
+                        "median ms": round(table.get(name, size).median_ms, 4),
+                        "vs CPU EP": round(table.ratio(name, size), 2),
+                        "same predictions": bool((session.run(None, feeds)[0].argmax(axis=1) == reference).all()),
+                    }
+                )
+    return rows, "" if status.usable else f"OpenVINO EP not compared: {status.reason}"
+
+
 def summary(frameworks_table: timing.BenchTable, threads: timing.BenchTable) -> dict[str, float]:
     """The headline ratios: ORT/PyTorch latency per batch size, and ORT 1-thread (and no-spinning)/default latency."""
     ratios: dict[str, float] = {}
@@ -196,6 +257,16 @@ def summary(frameworks_table: timing.BenchTable, threads: timing.BenchTable) -> 
     return ratios
 
 
+def _print_providers(rows: list[dict[str, object]], note: str) -> None:
+    if rows:
+        import pandas as pd
+
+        print(pd.DataFrame(rows).to_string(index=False))
+    if note:
+        print(note)
+    print()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line of the runtime suite: ``python -m labsupport.bench runtime [--repeat N] [--tensorflow]``."""
     parser = argparse.ArgumentParser(prog="python -m labsupport.bench runtime", description=__doc__.splitlines()[0])
@@ -205,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--threads", type=int, default=1, help="threads per framework in the framework comparison (default 1; 0 = each framework's default)"
     )
     parser.add_argument("--tensorflow", action="store_true", help="also time the Keras model (slow to import)")
+    parser.add_argument("--providers", action=argparse.BooleanOptionalAction, default=True, help="OpenVINO EP vs CPU EP (default on)")
     parser.add_argument("--output", default=ARTIFACT, help=f"file name under artifacts/ (default {ARTIFACT})")
     args = parser.parse_args(None if argv is None else list(argv))
     if args.repeat < 1 or any(size < 1 for size in args.batch) or args.threads < 0:
@@ -231,11 +303,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(thread_effect)
     ratios = summary(table, thread_effect)
     print()
+    provider_rows, provider_note = provider_table(args.batch, repeat=args.repeat) if args.providers else ([], "")
+    _print_providers(provider_rows, provider_note)
     for label, ratio in ratios.items():
         verdict = f"{1 / ratio:.2f}x faster" if ratio < 0.99 else f"{ratio:.2f}x slower" if ratio > 1.01 else "about the same"
         print(f"{label:<48} {ratio:6.2f}  ({verdict})")
     path = table.to_json(
-        artifact(args.output), threads=thread_effect.rows(), ratios=ratios, repeat=args.repeat, framework_threads=threads or "default"
+        artifact(args.output),
+        threads=thread_effect.rows(),
+        ratios=ratios,
+        providers=provider_rows,
+        providers_note=provider_note,
+        repeat=args.repeat,
+        framework_threads=threads or "default",
     )
     print(f"\nwrote {relative(path)}")
     return 0

@@ -12,6 +12,7 @@ import importlib.metadata as metadata
 import os
 import platform
 import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +27,14 @@ PYTHON_SERIES = (3, 11)
 # Set by `make test-latest`: newer releases than the pins are accepted (missing packages are still problems).
 UNPINNED_ENV_VAR = "ONNX_LAB_UNPINNED"
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)\s*(?:;\s*([^#]+))?")
-FIX_HINT = "run `make lab` (or `make test`) from the repo root to (re)install the pinned environment in .venv"
+FIX_HINT = (
+    "run `make lab` (or `make test`) from the repo root to (re)install the pinned environment in .venv; "
+    "on Binder or JupyterHub the environment comes from binder/, so tell whoever runs the hub"
+)
 # the course's own packages under deploy/, which requirements.txt cannot pin: 00's CPU report, 08, 09 and 13 import them
 DEPLOY_PACKAGES = {"onnx-service": "deploy/service", "onnx-web-demo": "deploy/web"}
+# the graphviz pip package only calls the `dot` program, which is a system package
+DOT_FIX = "install Graphviz: `apt-get install graphviz` (Debian/Ubuntu), `conda install graphviz` or `brew install graphviz`"
 DEPLOY_FIX = "from the repo root: pip install --no-deps -e . -e deploy/service -e deploy/web (make lab does it)"
 
 
@@ -151,8 +157,13 @@ def report(show: bool = True) -> EnvReport:
     missing = [
         f"{name} ({folder}) is not installed; {DEPLOY_FIX}" for name, folder in DEPLOY_PACKAGES.items() if not installed_version(name)
     ]
-    problems += missing
-    cpus = None if missing else cpu_budget()  # onnx_service's helper counts the usable CPUs
+    problems += missing + _graphviz_problems()
+    cpus = None
+    if not missing:  # onnx_service's helper counts the usable CPUs
+        try:
+            cpus = cpu_budget()
+        except ImportError as error:
+            problems.append(f"onnx-service is installed but cannot be imported ({error}); {DEPLOY_FIX}")
     result = EnvReport(
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",
@@ -168,6 +179,13 @@ def report(show: bool = True) -> EnvReport:
     return result
 
 
+def _graphviz_problems() -> list[str]:
+    """A problem line when Graphviz's ``dot`` program (which draw() runs) is not on PATH; the pip package alone cannot draw."""
+    if shutil.which("dot"):
+        return []
+    return [f"Graphviz's `dot` program is not on PATH, so draw() cannot render graphs; {DOT_FIX}"]
+
+
 class EnvironmentMismatch(RuntimeError):
     """The running environment lacks a package or has another version than the course pins."""
 
@@ -175,6 +193,8 @@ class EnvironmentMismatch(RuntimeError):
 def require(*packages: str) -> None:
     """Setup-cell check: raise EnvironmentMismatch naming each wrong package and the fix, else print the versions."""
     problems = check_versions(list(packages))
+    if "graphviz" in packages:
+        problems += _graphviz_problems()
     if problems:
         raise EnvironmentMismatch("this notebook needs:\n  - " + "\n  - ".join(problems))
     pins = pinned_versions()

@@ -101,11 +101,14 @@ def expect_close(want: object, got: object, *, what: str, atol: float = 1e-5, rt
         compare(want, got, atol=atol, rtol=rtol, name="yours vs expected", classifier=False)
 
 
-def onnx_session(answer: object, what: str = "an ONNX ModelProto or a .onnx path") -> onnxruntime.InferenceSession:
+def onnx_session(
+    answer: object, what: str = "an ONNX ModelProto or a .onnx path", *, optimization: str = "all"
+) -> onnxruntime.InferenceSession:
     """A CPU InferenceSession for ``answer`` (a ModelProto or the path of an .onnx file), for checkers.
 
     Raises ``Incorrect`` naming ``what`` was expected when the answer is neither, when the path
     does not exist, or when ONNX Runtime cannot load the model (first line of its message only).
+    ``optimization="disable"`` runs the graph as written (ORT's default rewrites delete a Dropout, for one).
     """
     import onnx
 
@@ -114,4 +117,6 @@ def onnx_session(answer: object, what: str = "an ONNX ModelProto or a .onnx path
     if not isinstance(answer, onnx.ModelProto):
         answer = answer_path(answer, what)
     with blame_answer("ONNX Runtime cannot load the model"):
-        return open_session(answer)
+        return open_session(
+            answer, optimization=optimization, log_severity=4
+        )  # fatal only: a failed run is reported in the verdict, not in red

@@ -8,36 +8,60 @@ from labsupport.course.data import PIXEL_MAX, load_digits
 from labsupport.exercises import Exercise, Incorrect
 from labsupport.exercises.checks import expect_value, whole_number
 
+# a bright image (its maximum is 16) and a faint one (maximum 8): dividing by the image's own maximum fails the second
+SCALE_INPUTS = (np.array([[0, 8, 16], [4, 12, 2]], dtype=np.uint8), np.array([[0, 4, 8]], dtype=np.uint8))
+
 
 def _check_scale(scale) -> str:
     if not callable(scale):
         raise Incorrect(f"expected a function pixels -> array, got {type(scale).__name__}")
-    raw = np.array([[0, 8, 16], [4, 12, 2]], dtype=np.uint8)
-    result = scale(raw)
+    for raw in SCALE_INPUTS:
+        _check_scaled(raw, scale(raw))
+    return "pixels 0..16 map to float32 0..1"
+
+
+def _check_scaled(raw: np.ndarray, result: object) -> None:
     out = np.asarray(result)
     if not np.issubdtype(out.dtype, np.number):
         raise Incorrect(f"expected an array of numbers, got {type(result).__name__} of {out.dtype}")
     if out.shape != raw.shape:
         raise Incorrect(f"the output shape must equal the input's {raw.shape}, got {out.shape}")
     if not np.allclose(out, raw / PIXEL_MAX):
-        raise Incorrect(f"pixels 0..16 must map to 0..1: scale([[0, 8, 16]]) gave {out[0].tolist()}")
+        shown = f"scale({raw[:1].tolist()}) gave {out[0].tolist()}, expected {(raw[0] / PIXEL_MAX).tolist()}"
+        if raw.max() < PIXEL_MAX:
+            shown += f"; divide by the fixed maximum {PIXEL_MAX}, not by this image's own maximum or range"
+        raise Incorrect(f"pixels 0..{PIXEL_MAX} must map to 0..1: {shown}")
     if out.dtype != np.float32:
         raise Incorrect(f"the output must be float32 (what ONNX models take), got {out.dtype}")
-    return "pixels 0..16 map to float32 0..1"
+
+
+COUNTED_DIGIT = 8  # the one digit whose test count no other digit shares
+
+
+def _other_digits_reason(per_digit: np.ndarray, count: int) -> str:
+    digits = ", ".join(str(digit) for digit in np.flatnonzero(per_digit == count))
+    return f"{count} is the test count of another digit ({digits}); count the {COUNTED_DIGIT}s"
 
 
 def _check_count(count) -> str:
     digits = load_digits()
-    truth = int(np.sum(digits.test.labels == 3))
+    per_digit = np.bincount(digits.test.labels, minlength=10)
+    truth = int(per_digit[COUNTED_DIGIT])
+    others = [(int(n), _other_digits_reason(per_digit, int(n))) for n in sorted(set(per_digit.tolist()) - {truth})]
     expect_value(
         whole_number(count, "count"),
         truth,
         mistakes=[
-            (int(np.sum(digits.train.labels == 3)), "that is the count in the *train* split; the question asks about the test split")
+            (
+                int(np.sum(digits.train.labels == COUNTED_DIGIT)),
+                "that is the count in the *train* split; the question asks about the test split",
+            ),
+            (len(digits.test.labels), "that is the size of the whole test split; count only one digit"),
+            *others,
         ],
-        wrong=f"{count} is not the number of 3s in the test split",
+        wrong=f"{count} is not the number of {COUNTED_DIGIT}s in the test split",
     )
-    return f"{truth} test images show a 3"
+    return f"{truth} test images show an {COUNTED_DIGIT}"
 
 
 q1 = Exercise(
@@ -57,11 +81,11 @@ q2 = Exercise(
     2,
     "count a class in the test split",
     _check_count,
-    hint="load_digits().test.labels is an array of class numbers; compare it with 3 and sum.",
+    hint="load_digits().test.labels is an array of class numbers; compare it with 8 and sum.",
     solution_code="""
         from labsupport.course.data import load_digits
 
-        answer = int((load_digits().test.labels == 3).sum())
+        answer = int((load_digits().test.labels == 8).sum())
     """,
 )
 

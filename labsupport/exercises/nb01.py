@@ -88,6 +88,19 @@ def _full_check(model: onnx.ModelProto) -> None:
         onnx.checker.check_model(model, full_check=True)
 
 
+VERSION_FIX = f"pass ir_version={IR_VERSION} and opset_imports=[helper.make_opsetid('', {OPSET})] to make_model"
+
+
+def _runtime_session(model: onnx.ModelProto):
+    """``onnx_session`` that, when ONNX Runtime refuses the IR version or the opset make_model stamped, says how to set them."""
+    try:
+        return onnx_session(model)
+    except Incorrect as error:
+        if "IR version" in str(error) or "Opset" in str(error):
+            raise Incorrect(f"{error}. make_model stamps the newest IR version and opset this onnx knows: {VERSION_FIX}") from None
+        raise
+
+
 def _single_input(model: onnx.ModelProto, name: str, features: int) -> None:
     inits = {t.name for t in model.graph.initializer}
     inputs = [v for v in model.graph.input if v.name not in inits]
@@ -112,7 +125,7 @@ def _check_q1(answer: object) -> str:
     outputs = [v.name for v in model.graph.output]
     if outputs != ["probs"]:
         raise Incorrect(f"the model must have one output named 'probs', it has {outputs}")
-    session = onnx_session(model)
+    session = _runtime_session(model)
     for batch in (1, 5):
         x = _rng().standard_normal((batch, 6)).astype(np.float32)
         (probs,) = session.run(["probs"], {"x": x})
@@ -150,7 +163,7 @@ def _check_q2(answer: object) -> str:
     model = _as_model(answer, "the repaired model")
     _full_check(model)
     _single_input(model, "x", 5)
-    session = onnx_session(model)
+    session = _runtime_session(model)
     outputs = [o.name for o in session.get_outputs()]
     if outputs != ["y"]:
         raise Incorrect(f"keep the single output 'y'; the model has {outputs}")
@@ -199,6 +212,7 @@ def _check_q3(answer: object) -> str:
                 "that counts the weight matrices only; the biases are parameters too",
             ),
             (len(sizes), "that is the number of initializers; count the numbers inside them (product of dims)"),
+            (4 * true_params, "that is the size in bytes (4 per float32); count the numbers, not their bytes"),
         ],
         wrong=f"{params} is not the number of parameters (elements of all initializers)",
     )

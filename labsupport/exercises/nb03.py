@@ -29,6 +29,18 @@ def exercise_model():
     return build_digits_keras(seed=EXERCISE_SEED)
 
 
+def _class_scores_output(session) -> str:
+    """The name of the answer's (batch, 10) output: its only output, or the one of shape (batch, 10) among several."""
+    outputs = session.get_outputs()
+    if len(outputs) == 1:
+        return outputs[0].name
+    scores = [o.name for o in outputs if len(o.shape) == 2 and o.shape[1] == 10]
+    if len(scores) != 1:
+        found = [(o.name, o.shape) for o in outputs]
+        raise Incorrect(f"expected one output of shape (batch, 10) among the outputs, found {found}; return only that tensor")
+    return scores[0]
+
+
 def _run_at_batch_sizes(answer, reference) -> str:
     """Run the answer at BATCH_SIZES with NHWC or NCHW input and compare with ``reference(images_nchw)``."""
     session = onnx_session(answer, _WHAT)
@@ -43,12 +55,13 @@ def _run_at_batch_sizes(answer, reference) -> str:
         raise Incorrect(f"expected input shape (batch, 8, 8, 1) or (batch, 1, 8, 8), found {shape}")
     if isinstance(shape[0], int):
         raise Incorrect(f"the batch dimension is fixed to {shape[0]}; give the input signature a None batch")
+    output = _class_scores_output(session)
     images = load_digits().test.images
     for batch in BATCH_SIZES:
         x = images[:batch]
         feed = x if nchw else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
         try:
-            got = session.run(None, {inputs[0].name: feed})[0]
+            got = session.run([output], {inputs[0].name: feed})[0]
         except Exception as error:
             raise Incorrect(f"running at batch size {batch} failed: {str(error).splitlines()[0]}") from None
         try:

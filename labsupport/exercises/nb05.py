@@ -6,6 +6,7 @@ import json
 import random
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnxruntime as ort
@@ -32,13 +33,21 @@ def _other_available_provider() -> str | None:
     return AZURE if AZURE in others else next(iter(others), None)
 
 
-def _priority_lists() -> list[list[str]]:
-    """Lists whose real primary provider is neither the first requested one, nor the last one, nor always the CPU."""
+def _priority_lists() -> list[list]:
+    """Lists whose real primary provider is neither the first requested one, nor the last one, nor always the CPU.
+
+    Some entries are ``(name, options)`` pairs, as real lists with provider options are.
+    """
     missing, other = _unavailable_provider(), _other_available_provider()
-    lists = [[missing, CPU], [CPU, other or missing]]
+    lists: list[list] = [[missing, CPU], [CPU, other or missing]]
     if other:
-        lists.append([other, CPU])
+        lists += [[other, CPU], [(other, {}), (CPU, {})]]
+    lists.append([(missing, {}), CPU])
     return lists
+
+
+def _provider_name(entry) -> str:
+    return entry[0] if isinstance(entry, tuple) else entry
 
 
 def _check_used_provider(used_provider) -> str:
@@ -56,7 +65,8 @@ def _check_used_provider_quietly(used_provider) -> str:
     truths = []
     for providers in _priority_lists():
         truth = open_session(model, providers=providers).get_providers()[0]
-        got = used_provider(model, list(providers))
+        with _count_provider_queries() as queries:
+            got = used_provider(model, list(providers))
         if not isinstance(got, str):
             raise Incorrect(f"return the provider's name as a string (like 'CPUExecutionProvider'), got {type(got).__name__}")
         if got not in ort.get_available_providers():
@@ -66,9 +76,33 @@ def _check_used_provider_quietly(used_provider) -> str:
             )
         if got != truth:
             raise Incorrect(f"for the priority list {providers} the session's primary provider is {truth}, you returned {got}")
-        truths.append(f"{providers[0]} first -> {truth}")
+        if not queries:
+            raise Incorrect(
+                f"for {providers} you returned {got} without asking a session which providers it got "
+                "(session.get_providers()): filtering the wish list by get_available_providers() agrees here only "
+                "because every available provider starts on this machine; a provider that is built in but cannot "
+                "start (CUDA without its libraries) passes that filter and the session still runs on the CPU"
+            )
+        truths.append(f"{_provider_name(providers[0])} first -> {truth}")
     _require_a_session(used_provider)
     return "you asked the session, not the list: " + "; ".join(truths)
+
+
+@contextmanager
+def _count_provider_queries():
+    """Count the calls of InferenceSession.get_providers while the learner's function runs."""
+    calls = []
+    original = ort.InferenceSession.get_providers
+
+    def counted(session):
+        calls.append(session)
+        return original(session)
+
+    ort.InferenceSession.get_providers = counted
+    try:
+        yield calls
+    finally:
+        ort.InferenceSession.get_providers = original
 
 
 def _require_a_session(used_provider) -> None:
@@ -110,31 +144,53 @@ def _fake_trace(path: Path, kernels: list[tuple[str, str, int]]) -> Path:
 
 
 def _shuffled(kernels: list[tuple[str, str, int]], seed: int) -> list[tuple[str, str, int]]:
-    """The kernels in a fixed shuffled order (the seeds below put an op that is no typical answer first and last)."""
+    """One run's kernels in a fixed shuffled order (the seeds below put an op that is no typical answer first and last)."""
     order = list(kernels)
     random.Random(seed).shuffle(order)
     return order
 
 
-# (node, op type, microseconds): Conv has the largest *total*, MatMul the longest single call,
-# Relu the most calls; the first and the last kernel event are Add (A) and Softmax (B).
-# The session events are far longer than any kernel.
-_TRACE_A = _shuffled(
-    [
-        ("conv_1", "Conv", 60),
-        ("relu_1", "Relu", 9),
-        ("conv_2", "Conv", 55),
-        ("relu_2", "Relu", 8),
-        ("relu_3", "Relu", 7),
-        ("matmul", "MatMul", 80),
-        ("add", "Add", 4),
-    ]
-    * 3,
-    seed=15,
-)
-_TRACE_B = _shuffled(
-    [("gemm", "Gemm", 300), ("relu", "Relu", 30), ("relu_b", "Relu", 30), ("relu_c", "Relu", 30), ("softmax", "Softmax", 120)] * 2, seed=37
-)
+# (node, op type, microseconds) per run. Over all runs Conv has the largest *total*, MatMul the longest
+# single call, Relu the most calls, Reshape the smallest total; the first run ranks Transpose first (a cold
+# first run, as in real profiles); the first and the last kernel event are Add (A), Relu and Softmax (B).
+# Session events are far longer than any kernel.
+_FIRST_RUN_A = [
+    ("conv_1", "Conv", 20),
+    ("relu_1", "Relu", 9),
+    ("conv_2", "Conv", 20),
+    ("relu_2", "Relu", 8),
+    ("relu_3", "Relu", 7),
+    ("matmul", "MatMul", 90),
+    ("add", "Add", 4),
+    ("transpose", "Transpose", 95),
+    ("reshape", "Reshape", 1),
+]
+_LATER_RUN_A = [
+    ("conv_1", "Conv", 80),
+    ("relu_1", "Relu", 9),
+    ("conv_2", "Conv", 75),
+    ("relu_2", "Relu", 8),
+    ("relu_3", "Relu", 7),
+    ("matmul", "MatMul", 100),
+    ("add", "Add", 4),
+    ("transpose", "Transpose", 5),
+    ("reshape", "Reshape", 1),
+]
+_TRACE_A = [*_shuffled(_FIRST_RUN_A, seed=12), *_shuffled(_LATER_RUN_A, seed=5), *_shuffled(_LATER_RUN_A, seed=0)]
+_RUN_B = [("gemm", "Gemm", 300), ("relu", "Relu", 30), ("relu_b", "Relu", 30), ("relu_c", "Relu", 30), ("softmax", "Softmax", 120)]
+_TRACE_B = [*_shuffled([("gemm", "Gemm", 100), *_RUN_B[1:]], seed=37), *_shuffled(_RUN_B, seed=37)]
+
+
+def _totals(kernels: list[tuple[str, str, int]], first_run_only: bool = False) -> dict[str, int]:
+    """Kernel time per op type (over every run, or counting each node once: the first run)."""
+    totals: dict[str, int] = {}
+    seen: set[str] = set()
+    for node, op, dur in kernels:
+        if first_run_only and node in seen:
+            continue
+        seen.add(node)
+        totals[op] = totals.get(op, 0) + dur
+    return totals
 
 
 def _check_slowest(slowest_op) -> str:
@@ -148,6 +204,14 @@ def _check_slowest(slowest_op) -> str:
                 raise Incorrect(f"{got!r} is a session event, not an operator: keep only events with cat == 'Node'")
             if isinstance(got, str) and got.endswith("_kernel_time"):
                 raise Incorrect(f"{got!r} is one node's event name; return the operator type (args['op_name'])")
+            totals, first_run = _totals(kernels), _totals(kernels, first_run_only=True)
+            if got == max(first_run, key=first_run.get):
+                raise Incorrect(
+                    f"{got!r} leads the first run (each node counted once), but the profile holds every run and "
+                    f"{truth} has the largest total over all of them: sum every kernel event per op type"
+                )
+            if got == min(totals, key=totals.get):
+                raise Incorrect(f"{got!r} has the smallest total kernel time; the slowest operator has the largest")
             if got == "MatMul" and truth == "Conv":
                 raise Incorrect("MatMul has the longest single call, but Conv has the largest total time: sum per op type")
             if got == "Relu":
@@ -170,8 +234,14 @@ def _check_no_fallback(options) -> str:
         raise Incorrect(f"the session config entry {DISABLE_CPU_FALLBACK!r} must be '1' (got {value!r})")
     if options.intra_op_num_threads != 1:
         raise Incorrect(f"intra_op_num_threads must be 1, got {options.intra_op_num_threads}")
+    if options.execution_mode == ort.ExecutionMode.ORT_PARALLEL and options.inter_op_num_threads != 1:
+        raise Incorrect(
+            "ORT_PARALLEL adds an inter-op thread pool (one thread per core unless inter_op_num_threads is 1): "
+            "the session is not single-threaded; keep the default ORT_SEQUENTIAL"
+        )
     from labsupport.models.digits_cnn import ensure_digits_cnn
 
+    severity, options.log_severity_level = options.log_severity_level, 4  # the error below is the message: no red log line
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
@@ -180,6 +250,8 @@ def _check_no_fallback(options) -> str:
         if "fallback" not in str(error).lower():
             raise Incorrect(f"the session failed, but not because the CPU fallback is disabled: {error}") from error
         return "a session with an unavailable provider now fails loudly instead of running on the CPU"
+    finally:
+        options.log_severity_level = severity
     raise Incorrect("a session with these options and an unavailable provider still ran: the CPU fallback is not disabled")
 
 

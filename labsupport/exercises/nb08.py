@@ -17,6 +17,11 @@ def _check_payload(body) -> str:
     from onnx_service.model import InputContract
     from onnx_service.validation import RequestError, parse_json, to_batch
 
+    if isinstance(body, (str, bytes)):
+        raise Incorrect(
+            "that is the body already encoded as JSON text; the task asks for the Python dict that "
+            "httpx's json= argument encodes (json.loads would give it back)"
+        )
     try:
         text = json.dumps(body)
     except TypeError as error:
@@ -96,8 +101,11 @@ def _check_nonblocking(infer) -> str:
             await beat
 
     outputs = asyncio.run(scenario())
-    if not isinstance(outputs, (list, tuple)) or len(outputs) != 1 or not np.allclose(outputs[0], [64.0, 64.0]):
-        raise Incorrect("infer must return what session.run(None, feeds) returns (a list with one array here)")
+    expected = np.array([64.0, 64.0])  # one sum per example of the feeds: both rows must be run
+    if not isinstance(outputs, (list, tuple)) or len(outputs) != 1 or np.shape(outputs[0]) != expected.shape:
+        raise Incorrect("infer must return what session.run(None, feeds) returns: a list with one array of 2 rows here")
+    if not np.allclose(outputs[0], expected):
+        raise Incorrect("infer must run session.run(None, feeds) on the feeds it was given, unchanged")
     if not session.beats_during_run or session.beats_during_run < BEATS_DURING_RUN:
         raise Incorrect("the event loop was blocked: no other coroutine ran while session.run computed")
     return "the event loop kept running while the model computed"
@@ -111,6 +119,11 @@ onnx_service_requests_total{method="POST",path="/predict",status="413"} %d
 onnx_service_requests_total{method="POST",path="/predict",status="422"} %d
 onnx_service_requests_total{method="POST",path="/predict",status="500"} %d
 onnx_service_requests_total{method="GET",path="other",status="404"} 9
+# TYPE onnx_service_request_duration_seconds histogram
+onnx_service_request_duration_seconds_bucket{path="/predict",le="0.005"} 70
+onnx_service_request_duration_seconds_bucket{path="/predict",le="+Inf"} 93
+onnx_service_request_duration_seconds_sum{path="/predict"} 0.41
+onnx_service_request_duration_seconds_count{path="/predict"} 93
 # TYPE onnx_service_batch_size histogram
 onnx_service_batch_size_count 77
 """
@@ -130,7 +143,8 @@ def _check_error_rate(error_rate) -> str:
             ok, big, bad, server = counts[1:]
             raise Incorrect(
                 f"for /predict with {ok}x200, {big}x413, {bad}x422, {server}x500 the error rate is {truth:.2f}, "
-                f'yours gave {got:.2f} (count only path="/predict"; errors are every status >= 400)'
+                f'yours gave {got:.2f} (count only onnx_service_requests_total samples with path="/predict": the latency histogram '
+                f"has path labels too; errors are every status >= 400)"
             )
     if float(error_rate("# no samples yet\n")) != 0.0:
         raise Incorrect("with no /predict requests yet the error rate should be 0.0 (not a division by zero)")

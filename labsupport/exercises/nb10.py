@@ -12,7 +12,9 @@ from labsupport.models.contract import IR_VERSION, OPSET
 
 DOMAIN_CUSTOM = "course.custom"
 DOMAIN_FUNCTIONS = "course.fn"
-_INPUT = np.array([[-2.0, -0.5, 0.0, 0.25, 1.0, 3.0]], dtype=np.float32)
+# small and large values of both signs (a body right only on [-2, 3] must fail), then a random batch
+_EDGES = np.array([[-1e3, -10.0, -2.0, -0.5, 0.0, 0.25], [0.5, 1.0, 3.0, 7.5, 10.0, 1e3]], dtype=np.float32)
+_INPUT = np.concatenate([_EDGES, np.random.default_rng(10).normal(0, 20, size=(6, 6)).astype(np.float32)])
 
 
 def squared_relu(x: np.ndarray) -> np.ndarray:
@@ -51,6 +53,8 @@ def _check_reference_op(op_class) -> str:
 
 
 def _check_function(function) -> str:
+    if hasattr(function, "to_function_proto"):
+        raise Incorrect("that is an onnxscript function: give its FunctionProto, `answer = SquaredRelu.to_function_proto()`")
     if not isinstance(function, onnx.FunctionProto):
         raise Incorrect(f"expected an onnx.FunctionProto, got {type(function).__name__}")
     if function.name != "SquaredRelu" or function.domain != DOMAIN_FUNCTIONS:
@@ -59,6 +63,8 @@ def _check_function(function) -> str:
         raise Incorrect(f"SquaredRelu takes one input and gives one output, got {len(function.input)} and {len(function.output)}")
     if any(node.domain not in ("", "ai.onnx") for node in function.node):
         raise Incorrect("the body must use standard ONNX ops only (no custom domain inside)")
+    if not any(opset.domain in ("", "ai.onnx") for opset in function.opset_import):
+        raise Incorrect(f"the function imports no standard opset: give it opset_imports=[helper.make_opsetid('', {OPSET})]")
     model = _single_node_model(DOMAIN_FUNCTIONS, [function])
     with blame_answer("a model using your function fails the checker"):
         onnx.checker.check_model(model, full_check=True)

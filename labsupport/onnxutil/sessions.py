@@ -56,12 +56,15 @@ class ProviderMismatch(AssertionError):
 
 
 def available_providers() -> list[str]:
-    """The providers this onnxruntime build can use here, in ORT's default priority order (notebook 05)."""
+    """The providers compiled into this onnxruntime build (plus plugins offering a device), in ORT's priority order.
+
+    It does not check that the machine can start them: ``onnxruntime-gpu`` lists CUDA without a GPU (notebook 05).
+    """
     return list(ort.get_available_providers())
 
 
 def gpu_providers_available() -> list[str]:
-    """The GPU providers among ``available_providers()`` (empty on a CPU-only machine or build)."""
+    """The GPU providers among ``available_providers()`` (empty in a CPU-only build; listed does not mean startable)."""
     return [name for name in available_providers() if name in GPU_PROVIDERS]
 
 
@@ -119,7 +122,7 @@ class ProviderChoice:
             f"used      : {', '.join(self.used)}",
         ]
         if self.unavailable:
-            lines.append(f"skipped   : {', '.join(self.unavailable)} (not available in this build/machine)")
+            lines.append(f"skipped   : {', '.join(self.unavailable)} (not in this onnxruntime build)")
         if self.fell_back:
             lines.append(f"FELL BACK : asked for {self.requested[0]} first, runs on {self.primary}")
         return "\n".join(lines)
@@ -201,7 +204,9 @@ def assert_providers(session: ort.InferenceSession, expected: str | Sequence[str
     missing = [name for name in wanted if name not in got]
     if missing or got[0] != wanted[0]:
         absent = [name for name in wanted if name not in available_providers()]
-        why = f"; not available in this build/machine: {', '.join(absent)}" if absent else ""
+        why = f"; not in this onnxruntime build: {', '.join(absent)}" if absent else ""
+        unstarted = [name for name in missing if name not in absent]
+        why += f"; built in but not started here (ORT logs 'Failed to create'): {', '.join(unstarted)}" if unstarted else ""
         raise ProviderMismatch(
             f"expected the session to run on {', '.join(wanted)} (first: {wanted[0]}), but it uses {', '.join(got)}{why}"
         )

@@ -75,3 +75,54 @@ def test_q2_rejects_a_model_that_kept_one_branch():
 def test_q2_accepts_torch_cond_and_rejects_non_modules():
     assert nb02.q2.evaluate(_Cond()).status == CORRECT
     assert nb02.q2.evaluate(lambda image: image).status == INCORRECT
+
+
+def test_q1_rejects_an_export_in_training_mode(tmp_path):
+    path = _export(nb02.exercise_mlp().train(), tmp_path / "train.onnx", dynamic_shapes=BATCH)
+    outcome = nb02.q1.evaluate(path)
+    assert outcome.status == INCORRECT and "training mode" in outcome.message and "model.eval()" in outcome.message
+
+
+def test_q1_accepts_the_deprecated_dynamic_axes_of_the_dynamo_exporter(tmp_path):
+    path = _export(nb02.exercise_mlp(), tmp_path / "axes.onnx", dynamic_axes={"image": {0: "batch"}})
+    assert nb02.q1.evaluate(path).status == CORRECT
+
+
+class _Threshold(nn.Module):
+    def __init__(self, threshold: float) -> None:
+        super().__init__()
+        self.threshold = threshold
+
+    def forward(self, image):
+        return torch.where(image.mean() > self.threshold, image * 0.5, image)
+
+
+@pytest.mark.parametrize("threshold", [0.2, 0.25, 0.35, 0.4])
+def test_q2_rejects_a_wrong_threshold_and_blames_the_condition(threshold):
+    outcome = nb02.q2.evaluate(_Threshold(threshold))
+    assert outcome.status == INCORRECT and "check the condition and the threshold" in outcome.message, outcome.message
+
+
+class _Mask(nn.Module):
+    def forward(self, image):
+        return image * (1 - 0.5 * (image.mean() > 0.3).float())
+
+
+class _PerImage(nn.Module):
+    def forward(self, image):
+        bright = image.mean(dim=(1, 2, 3), keepdim=True) > 0.3
+        return torch.where(bright, image * 0.5, image)
+
+
+def test_q2_accepts_other_exportable_forms_and_rejects_a_per_image_mean():
+    assert nb02.q2.evaluate(_Threshold(0.3)).status == CORRECT
+    assert nb02.q2.evaluate(_Mask()).status == CORRECT
+    outcome = nb02.q2.evaluate(_PerImage())
+    assert outcome.status == INCORRECT and "neither" in outcome.message, outcome.message
+
+
+def test_q2_test_batches_lie_on_both_sides_close_to_the_threshold():
+    means = sorted(float(feed.mean()) for feed in nb02._exercise2_inputs())
+    above = [m for m in means if m > nb02.BRIGHT_THRESHOLD]
+    below = [m for m in means if m <= nb02.BRIGHT_THRESHOLD]
+    assert min(above) - nb02.BRIGHT_THRESHOLD < 0.02 and nb02.BRIGHT_THRESHOLD - max(below) < 0.02

@@ -68,3 +68,36 @@ def test_q2_fixed_batch_function_fails():
     proto, _ = tf2onnx.convert.from_function(probabilities, input_signature=signature, opset=18)
     outcome = q2.evaluate(proto)
     assert outcome.status == INCORRECT and "fixed" in outcome.message
+
+
+def _dict_function(outputs):
+    model = exercise_model()
+    signature = [tf.TensorSpec((None, 1, 8, 8), tf.float32, name="image")]
+
+    @tf.function(input_signature=signature)
+    def serve(image):
+        logits = model(tf.transpose(image, [0, 2, 3, 1]), training=False)
+        return outputs(logits)
+
+    return tf2onnx.convert.from_function(serve, input_signature=signature, opset=18)[0]
+
+
+def test_q2_accepts_the_dict_of_probabilities_and_label_that_the_notebook_shows():
+    # tf2onnx orders dict outputs by key, so `label` comes first: the checker must pick the (batch, 10) output
+    answer = _dict_function(lambda logits: {"probabilities": tf.nn.softmax(logits), "label": tf.argmax(logits, axis=-1)})
+    assert [o.name for o in answer.graph.output] == ["label", "probabilities"]
+    assert q2.evaluate(answer).status == CORRECT
+
+
+@pytest.mark.parametrize(
+    ("outputs", "reason"),
+    [
+        (lambda logits: {"logits": logits, "label": tf.argmax(logits, axis=-1)}, "differ from TensorFlow"),
+        (lambda logits: {"a": tf.nn.softmax(logits), "b": logits}, "one output of shape (batch, 10)"),
+        (lambda logits: {"probabilities": tf.nn.softmax(logits, axis=0), "label": tf.argmax(logits, axis=-1)}, "differ"),
+    ],
+    ids=["logits-and-label", "two-candidates", "softmax-over-the-batch"],
+)
+def test_q2_rejects_wrong_dict_outputs(outputs, reason):
+    outcome = q2.evaluate(_dict_function(outputs))
+    assert outcome.status == INCORRECT and reason in outcome.message

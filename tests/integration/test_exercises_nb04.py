@@ -62,3 +62,23 @@ def test_q2_wrong_answers_fail(wrong, reason):
     frame, _, model = exercise_table()
     outcome = q2.evaluate(wrong(frame, model))
     assert outcome.status == INCORRECT and reason in outcome.message
+
+
+def _digits_with(options):
+    return to_onnx(exercise_pipeline(), load_digits().train.flat[:1], options=options, target_opset=OPSET)
+
+
+def test_q1_accepts_an_extra_class_labels_output():
+    answer = _digits_with({"zipmap": False, "output_class_labels": True})
+    assert [o.name for o in answer.graph.output] == ["label", "probabilities", "class_labels"]
+    assert q1.evaluate(answer).status == CORRECT
+
+
+def test_q1_rejects_zipmap_columns_with_the_reason():
+    outcome = q1.evaluate(_digits_with({"zipmap": "columns"}))  # one (N,) output per class
+    assert outcome.status == INCORRECT and "(N, classes) probabilities" in outcome.message
+
+
+def test_q2_reference_uses_the_names_the_notebook_gives():
+    assert "frame, churned, table_pipeline = exercise_table()" in q2.solution_code
+    assert q2.evaluate(q2.reference_answer()).status == CORRECT

@@ -32,7 +32,7 @@ def test_q1_rejects_answers_that_never_ask_a_session(wrong):
 def test_q1_rejects_a_constant_cpu_answer_even_where_only_the_cpu_is_available(monkeypatch):
     monkeypatch.setattr(nb05, "_other_available_provider", lambda: None)
     outcome = nb05.q1.evaluate(lambda path, providers: "CPUExecutionProvider")
-    assert outcome.status == "incorrect" and "never opened a session" in outcome.message
+    assert outcome.status == "incorrect" and ("never opened a session" in outcome.message or "without asking a session" in outcome.message)
     assert nb05.q1.evaluate(nb05.q1.reference_answer()).status == "correct"
 
 
@@ -112,3 +112,70 @@ def test_q3_rejects_options_without_the_fallback_switch_or_one_thread():
     assert outcome.status == "incorrect" and "intra_op_num_threads" in outcome.message
 
     assert nb05.q3.evaluate({"session.disable_cpu_ep_fallback": "1"}).status == "incorrect"
+
+
+def _first_available_wish(path, providers):
+    """Opens a session (to pass the not-a-model probe) but answers from the wish list: the reviewed bypass."""
+    ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [entry[0] if isinstance(entry, tuple) else entry for entry in providers]
+    return next(name for name in names if name in ort.get_available_providers())
+
+
+def _naive_filter(path, providers):
+    ort.InferenceSession(path, providers=providers)
+    return next((p for p in providers if p in ort.get_available_providers()), "CPUExecutionProvider")
+
+
+@pytest.mark.parametrize("wrong", [_first_available_wish, _naive_filter], ids=["first available wish", "filter without pairs"])
+def test_q1_rejects_answers_that_filter_the_wish_list_instead_of_asking_the_session(wrong):
+    outcome = nb05.q1.evaluate(wrong)
+    assert outcome.status == "incorrect" and ("asking a session" in outcome.message or "primary provider" in outcome.message)
+
+
+def test_q1_lists_hold_name_and_options_pairs_and_accept_the_helper():
+    assert any(isinstance(entry, tuple) for providers in nb05._priority_lists() for entry in providers)
+    from labsupport.onnxutil.sessions import open_with_choice
+
+    assert nb05.q1.evaluate(lambda path, providers: open_with_choice(path, providers)[1].primary).status == "correct"
+
+
+def _first_run_only(path):
+    seen, totals = set(), {}
+    for event in json.loads(Path(path).read_text(encoding="utf-8")):
+        if event["cat"] == "Node" and event["name"] not in seen:
+            seen.add(event["name"])
+            totals[event["args"]["op_name"]] = totals.get(event["args"]["op_name"], 0) + event["dur"]
+    return max(totals, key=totals.get)
+
+
+def _least_total(path):
+    totals = {}
+    for event in json.loads(Path(path).read_text(encoding="utf-8")):
+        if event["cat"] == "Node":
+            totals[event["args"]["op_name"]] = totals.get(event["args"]["op_name"], 0) + event["dur"]
+    return min(totals, key=totals.get)
+
+
+@pytest.mark.parametrize(("wrong", "says"), [(_first_run_only, "first run"), (_least_total, "smallest total")])
+def test_q2_rejects_the_first_run_alone_and_the_least_total(wrong, says):
+    outcome = nb05.q2.evaluate(wrong)
+    assert outcome.status == "incorrect" and says in outcome.message
+
+
+def test_q2_accepts_the_reference_answer():
+    assert nb05.q2.evaluate(nb05.q2.reference_answer()).status == "correct"
+
+
+def test_q3_rejects_a_parallel_executor_and_restores_the_log_level():
+    parallel = ort.SessionOptions()
+    parallel.intra_op_num_threads = 1
+    parallel.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    parallel.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    outcome = nb05.q3.evaluate(parallel)
+    assert outcome.status == "incorrect" and "ORT_PARALLEL" in outcome.message
+
+    right = ort.SessionOptions()
+    right.intra_op_num_threads = 1
+    right.log_severity_level = 2
+    right.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    assert nb05.q3.evaluate(right).status == "correct" and right.log_severity_level == 2

@@ -46,7 +46,7 @@ def test_training_is_deterministic_for_a_seed_and_restores_threads():
     other, _ = digits_cnn.train_digits_cnn(epochs=1, seed=4, progress=False)
     assert torch.get_num_threads() == threads
     assert not first.training
-    assert len(history.loss) == len(history.test_accuracy) == 1 and "1 epochs" in repr(history)
+    assert len(history.loss) == len(history.calibration_accuracy) == 1 and "1 epochs" in repr(history)
     for name, tensor in first.state_dict().items():
         assert torch.equal(tensor, second.state_dict()[name]), name
     assert not torch.equal(first.head[2].weight, other.head[2].weight)
@@ -61,7 +61,7 @@ def test_training_rejects_bad_epochs(epochs):
 def test_course_model_is_accurate_and_matches_a_fresh_default_training(course_model, digits):
     assert digits_cnn.accuracy(course_model, digits.test) >= 0.95
     retrained, history = digits_cnn.train_digits_cnn(progress=False)
-    assert history.test_accuracy[-1] == digits_cnn.accuracy(course_model, digits.test)
+    assert history.calibration_accuracy[-1] == digits_cnn.accuracy(course_model, digits.calibration)
     for name, tensor in course_model.state_dict().items():
         assert torch.equal(tensor, retrained.state_dict()[name]), f"{name} differs from notebook 02's training"
 

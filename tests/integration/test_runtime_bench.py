@@ -113,7 +113,7 @@ def test_command_line_prints_ratios_and_writes_json(tmp_path, monkeypatch, capsy
     import labsupport.course.paths
 
     monkeypatch.setattr(labsupport.course.paths, "artifact", lambda name: tmp_path / name)
-    status = bench_main(["runtime", "--repeat", "2", "--batch", "1", "4", "--output", "timing.json"])
+    status = bench_main(["runtime", "--repeat", "2", "--batch", "1", "4", "--output", "timing.json", "--no-providers"])
     out = capsys.readouterr().out
     assert status == 0
     assert "=== benchmark suite: runtime" in out and "1 thread(s) each" in out
@@ -153,3 +153,20 @@ def test_tensorflow_candidate_returns_logits():
     expected = digits_keras.predict_logits(runtime_bench._keras_model(), runtime_bench.batch_of_digits(3))
     assert got.shape == (3, 10)
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-4)  # same model, NCHW -> NHWC done right
+
+
+@pytest.mark.slow
+def test_provider_table_times_every_model_with_an_aa_row_and_says_why_openvino_is_missing():
+    from labsupport.onnxutil import plugins
+
+    rows, note = runtime_bench.provider_table((1,), repeat=2)
+    models = {"CNN FP32", "CNN INT8", "wide MLP FP32", "wide MLP INT8"}
+    assert {row["model"] for row in rows} == models
+    candidates = {row["candidate"] for row in rows}
+    assert {runtime_bench.CPU_EP, runtime_bench.CPU_EP_AGAIN} <= candidates
+    assert all(row["same predictions"] for row in rows if row["candidate"] == runtime_bench.CPU_EP_AGAIN)
+    assert all(row["vs CPU EP"] == 1.0 for row in rows if row["candidate"] == runtime_bench.CPU_EP)
+    usable = plugins.register_openvino().usable
+    assert (runtime_bench.OPENVINO_EP in candidates) == usable and (note == "") == usable
+    if not usable:
+        assert note.startswith("OpenVINO EP not compared: ")

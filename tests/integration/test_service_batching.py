@@ -19,6 +19,7 @@ from anyio import CapacityLimiter
 from labsupport.course.compare import softmax
 from labsupport.course.data import load_digits
 from labsupport.models.digits_cnn import ensure_digits_cnn
+from labsupport.models.heavy_classifier import write_heavy_classifier
 from labsupport.topics import serving
 from onnx_service import batching, config, metrics
 
@@ -223,18 +224,51 @@ def test_concurrent_mixed_batches_each_match_an_in_process_run_of_their_own_inpu
     assert runs < requests, "12 concurrent clients and a 20 ms wait never merged two requests"
 
 
+@pytest.fixture(scope="module")
+def heavy_model(tmp_path_factory):
+    """A model whose run of 64 examples takes a few hundred milliseconds: one such batch keeps the batcher busy."""
+    return write_heavy_classifier(tmp_path_factory.mktemp("heavy") / "heavy.onnx", hidden=2048, layers=12)
+
+
+def _keep_busy(url: str, images: np.ndarray) -> list[threading.Thread]:
+    """Send one large batch: requests arriving while it runs wait for company (an idle batcher would run them at once)."""
+
+    def send() -> None:
+        with httpx.Client(base_url=url, timeout=30.0) as client:
+            client.post("/predict", json=serving.payload(images[:64]))
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    time.sleep(0.02)
+    return [thread]
+
+
 @pytest.mark.slow
-def test_a_full_queue_answers_503_with_retry_after_and_never_hangs(model_and_images):
-    model, images, _ = model_and_images
+def test_a_lone_request_to_an_idle_batcher_runs_at_once():
+    calls: list[int] = []
+    batcher = _batcher(_doubling(calls), max_wait=5.0)
+
+    async def scenario():
+        start = time.perf_counter()
+        await batcher.submit(np.ones((1, 2)))
+        return time.perf_counter() - start
+
+    assert asyncio.run(scenario()) < 2.5 and calls == [1], "an idle batcher waited for company"
+
+
+@pytest.mark.slow
+def test_a_full_queue_answers_503_with_retry_after_and_never_hangs(model_and_images, heavy_model):
+    _, images, _ = model_and_images
     with (
-        serving.start(model, batching=True, batch_max_size=64, batch_max_wait_ms=1000, batch_queue_limit=2) as service,
+        serving.start(heavy_model, batching=True, batch_max_size=64, batch_max_wait_ms=1000, batch_queue_limit=2) as service,
         httpx.Client(base_url=service.url, timeout=30.0) as client,
     ):
+        busy = _keep_busy(service.url, images)
         threads, answers = _post_in_threads(service.url, [serving.payload(images[:1]), serving.payload(images[1:2])])
         _wait_for_queue(client, 2)
         refused = client.post("/predict", json=serving.payload(images[2:3]))
         answered_before_the_refusal = [answer is not None for answer in answers]
-        for thread in threads:
+        for thread in threads + busy:
             thread.join(30)
         after = client.post("/predict", json=serving.payload(images[:1]))
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
@@ -244,12 +278,14 @@ def test_a_full_queue_answers_503_with_retry_after_and_never_hangs(model_and_ima
 
 
 @pytest.mark.slow
-def test_shutdown_with_requests_in_the_queue_loses_none(model_and_images):
-    model, images, session = model_and_images
+def test_shutdown_with_requests_in_the_queue_loses_none(model_and_images, heavy_model):
+    _, images, _ = model_and_images
+    session = ort.InferenceSession(str(heavy_model), providers=["CPUExecutionProvider"])
     bodies = [serving.payload(images[i : i + 2]) for i in range(0, 16, 2)]
     expected = [session.run(None, {"image": images[i : i + 2]})[0].argmax(axis=1).tolist() for i in range(0, 16, 2)]
-    service = serving.start(model, batching=True, batch_max_size=64, batch_max_wait_ms=800)
+    service = serving.start(heavy_model, batching=True, batch_max_size=64, batch_max_wait_ms=800)
     with httpx.Client(base_url=service.url, timeout=30.0) as client:
+        _keep_busy(service.url, images)
         threads, answers = _post_in_threads(service.url, bodies)
         _wait_for_queue(client, len(bodies))
     status = service.stop()  # SIGTERM while all 8 wait for their batch
@@ -270,14 +306,27 @@ def test_service_bench_ratios_and_target_from_fake_results(tmp_path):
         (1, 32),
         {
             service_bench.PER_REQUEST: [result(1, 100, 10), result(32, 50, 800)],
-            service_bench.BATCHING: [result(1, 90, 12), result(32, 120, 400)],
+            service_bench.BATCHING: [result(1, 98, 10.8), result(32, 120, 400)],
         },
         {},
         {"requests": 200, "runs": 80, "examples_run": 200, "examples_requested": 200, "mean_queue_wait_ms": 1.0},
     )
-    assert comparison.throughput_ratio(32) == 2.4 and comparison.p99_ratio(32) == 0.5 and comparison.target_met()
+    assert comparison.throughput_ratio(32) == 2.4 and comparison.p99_ratio(32) == 0.5 and comparison.loaded_target_met()
+    assert comparison.p50_ratio(1) == pytest.approx(1.08) and comparison.lone_target_met() and comparison.target_met()
     assert comparison.merged and comparison.every_example_once and comparison.failures == 0
     assert "concurrency 32: batching serves 2.40x" in comparison.ratio_lines()[1]
     saved = __import__("json").loads(comparison.to_json(tmp_path / "b.json").read_text())
-    assert saved["target"]["met"] is True and saved["ratios"]["1"]["throughput"] == 0.9
+    assert saved["target"]["met"] is True and saved["ratios"]["1"]["throughput"] == 0.98
+    slow_alone = service_bench.BatchingComparison(
+        (1, 32),
+        {**comparison.results, service_bench.BATCHING: [result(1, 70, 14), result(32, 120, 400)]},
+        {},
+        comparison.batcher,
+    )
+    assert slow_alone.loaded_target_met() and not slow_alone.lone_target_met() and not slow_alone.target_met()
+    assert "(1.40x)" in slow_alone.ratio_lines()[0]
+    rounds = [result(4, 100, 10), result(4, 50, 30), result(4, 100, 20)]  # 100 requests in 1.0 s each
+    combined = service_bench.combine(rounds)
+    assert combined.requests == 300 and combined.seconds == 3.0 and combined.statuses == {200: 300}
+    assert combined.throughput == pytest.approx(250 / 3) and combined.p50_ms == 10 and combined.p99_ms == 20
     assert service_bench.requests_for(1) == 100 and service_bench.requests_for(32) == 320 and service_bench.requests_for(1, 0.1) == 20

@@ -99,3 +99,30 @@ def test_report_names_missing_deploy_packages_and_how_to_install_them(monkeypatc
     result = env.report(show=False)
     assert result.problems == [f"onnx-service (deploy/service) is not installed; {env.DEPLOY_FIX}"]
     assert "pip install --no-deps -e . -e deploy/service -e deploy/web" in env.DEPLOY_FIX and result.cpu_count >= 1
+
+
+def test_report_lists_an_unimportable_service_package_instead_of_crashing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx_service", None)  # installed per its metadata, but the import fails
+    monkeypatch.setitem(sys.modules, "onnx_service.cpus", None)
+    result = env.report(show=False)
+    assert any("onnx-service is installed but cannot be imported" in p and env.DEPLOY_FIX in p for p in result.problems)
+    assert result.cpu_count >= 1 and "PROBLEM: onnx-service" in str(result)
+
+
+def test_report_and_require_notice_a_missing_graphviz_dot(monkeypatch):
+    monkeypatch.delenv(env.UNPINNED_ENV_VAR, raising=False)
+    monkeypatch.setattr(env.shutil, "which", lambda program: None)
+    assert any("`dot` program is not on PATH" in p for p in env.report(show=False).problems)
+    with pytest.raises(env.EnvironmentMismatch, match=r"`dot` program is not on PATH.*apt-get install graphviz"):
+        env.require("numpy", "graphviz")
+    env.require("numpy")  # a notebook that does not draw does not need dot
+
+
+def test_doctor_fails_without_dot_or_the_service_package(monkeypatch, capsys):
+    monkeypatch.delenv(env.UNPINNED_ENV_VAR, raising=False)
+    monkeypatch.setattr(env.shutil, "which", lambda program: None)
+    assert labsupport_main(["doctor"]) == 1
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, "onnx_service.cpus", None)
+    assert labsupport_main(["doctor"]) == 1
+    assert "PROBLEM: onnx-service is installed but cannot be imported" in capsys.readouterr().out

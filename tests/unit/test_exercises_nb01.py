@@ -36,6 +36,22 @@ def test_q1_accepts_any_symbolic_batch_name():
     assert q1.evaluate(_q1_model(batch="N")).status == CORRECT
 
 
+def _default_versions(**versions):
+    return helper.make_model(_q1_model().graph, **versions)
+
+
+@pytest.mark.parametrize(
+    "versions",
+    [{}, {"ir_version": IR_VERSION}, {"opset_imports": [helper.make_opsetid("", OPSET)]}],
+    ids=["both-defaults", "default-opset", "default-ir"],
+)
+def test_q1_names_the_fix_when_make_model_stamps_versions_ort_refuses(versions):
+    outcome = q1.evaluate(_default_versions(**versions))
+    assert outcome.status == INCORRECT and f"pass ir_version={IR_VERSION}" in outcome.message, outcome.message
+    assert "onnxruntime_src" not in outcome.message and ".cc:" not in outcome.message
+    assert "IR version" in outcome.message or "Opset" in outcome.message
+
+
 @pytest.mark.parametrize(
     ("wrong", "reason"),
     [
@@ -43,9 +59,11 @@ def test_q1_accepts_any_symbolic_batch_name():
         (lambda: _q1_model(batch=1), "batch dimension of 'x' is fixed to 1"),
         (lambda: _q1_model(weight=np.ones_like(Q1_WEIGHT)), "not softmax"),
         (lambda: _q1_model(axis=0), "not softmax"),
+        (lambda: _q1_model(weight=Q1_WEIGHT * 1.01), "not softmax"),
+        (lambda: _q1_model(weight=Q1_WEIGHT.T.copy().reshape(6, 4)), "not softmax"),
         (lambda: "model.onnx", "expected the softmax"),
     ],
-    ids=["no-softmax", "fixed-batch", "wrong-weights", "wrong-axis", "not-a-model"],
+    ids=["no-softmax", "fixed-batch", "wrong-weights", "wrong-axis", "weights-scaled", "weights-reshaped", "not-a-model"],
 )
 def test_q1_wrong_answers(wrong, reason):
     outcome = q1.evaluate(wrong())
@@ -112,6 +130,8 @@ def test_q3_truth_and_wrong_answers():
         (matmuls, params - sum(math.prod(t.dims) for t in model.graph.initializer if "bias" in t.name)): "biases are parameters too",
         (matmuls, params + 1): "is not the number of parameters",
         (matmuls, float(params)): "whole number",
+        (matmuls, 4 * params): "size in bytes",
+        (params, matmuls): "is not the number of MatMul nodes",
     }
     for answer, reason in wrong.items():
         outcome = q3.evaluate(answer)
@@ -133,3 +153,14 @@ def test_mlp_builds_the_layers_asked_for():
 def test_q3_mystery_model_has_a_gemm_layer_and_no_softmax():
     ops = [node.op_type for node in mystery_model().graph.node]
     assert ops.count("Gemm") == 1 and "Softmax" not in ops
+
+
+def test_error_summary_drops_onnxruntimes_cpp_location():
+    from labsupport.exercises.checks import error_summary
+
+    raw = (
+        "[ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/onnxruntime/core/graph/model.cc:256 "
+        "onnxruntime::Model::Model(onnx::ModelProto&&, const onnxruntime::PathString&, const onnxruntime::ModelOptions&) "
+        "Unsupported model IR version: 14, max supported IR version: 13"
+    )
+    assert error_summary(RuntimeError(raw)) == "Unsupported model IR version: 14, max supported IR version: 13"

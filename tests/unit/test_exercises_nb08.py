@@ -86,3 +86,48 @@ def test_q3_rejects_typical_wrong_rates():
     for wrong in (only_500, every_path, divides_by_zero, 0.1):
         assert q3.evaluate(wrong).status == "incorrect", wrong
     assert 'path="/predict"' in q3.evaluate(every_path).message
+
+
+def test_q1_rejects_the_body_as_json_text_with_a_true_reason():
+    import json
+
+    outcome = q1.evaluate(json.dumps({"inputs": load_digits().test.images[:5].tolist()}))
+    assert outcome.status == "incorrect" and "already encoded as JSON text" in outcome.message
+    assert "would answer" not in outcome.message  # the service would accept that text: the reason must not say otherwise
+
+
+def test_q2_rejects_an_answer_that_runs_only_part_of_the_feeds():
+    import asyncio
+
+    async def first_row_only(session, feeds):
+        return await asyncio.to_thread(session.run, None, {"image": feeds["image"][:1]})
+
+    outcome = q2.evaluate(first_row_only)
+    assert outcome.status == "incorrect" and "2 rows" in outcome.message
+
+
+def test_q3_rejects_answers_that_also_count_the_latency_histogram():
+    import re
+
+    from labsupport.topics.serving import parse_metrics
+
+    def path_filter_only(text):  # forgets that the latency histogram also carries path="/predict"
+        total = errors = 0.0
+        for (_name, labels), value in parse_metrics(text).items():
+            labels = dict(labels)
+            if labels.get("path") == "/predict":
+                total += value
+                errors += value if int(labels.get("status", 0)) >= 400 else 0
+        return errors / total if total else 0.0
+
+    def every_predict_line(text):
+        lines = [line for line in text.splitlines() if 'path="/predict"' in line]
+        total = sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+        errors = sum(float(line.rsplit(" ", 1)[1]) for line in lines if re.search(r'status="[45]\d\d"', line))
+        return errors / total if total else 0.0
+
+    for wrong in (path_filter_only, every_predict_line):
+        outcome = q3.evaluate(wrong)
+        assert outcome.status == "incorrect", wrong.__name__
+        assert "latency histogram" in outcome.message
+    assert q3.evaluate(q3.reference_answer()).status == "correct"

@@ -3,7 +3,7 @@ import pytest
 from onnx import helper
 from onnx.reference.op_run import OpRun
 
-from labsupport.exercises import INCORRECT
+from labsupport.exercises import CORRECT, INCORRECT
 from labsupport.exercises.nb10 import q1, q2
 from labsupport.models.contract import OPSET
 
@@ -42,3 +42,48 @@ def _function(nodes, name="SquaredRelu", domain="course.fn"):
 )
 def test_q2_rejects_wrong_functions(wrong):
     assert q2.evaluate(wrong).status == INCORRECT
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda self, x: (np.square(np.clip(x, 0, 3)),),  # right only up to 3 (the review's wrong answer)
+        lambda self, x: (np.maximum(x, 0) * np.abs(x) * (np.abs(x) < 5),),  # zero beyond 5
+        lambda self, x: (np.square(np.maximum(x, 0)) * (x < 100),),  # zero for very large values
+        lambda self, x: (np.square(np.maximum(x, -0.5)),),  # wrong for small negative values
+    ],
+)
+def test_q1_rejects_bodies_right_only_on_a_small_range(body):
+    result = q1.evaluate(_op_class(body))
+    assert result.status == INCORRECT
+    assert "do not match" in result.message
+
+
+def test_q2_rejects_a_clipped_body_and_names_the_missing_pieces():
+    clipped = _function(
+        [
+            helper.make_node("Constant", [], ["hi"], value_float=3.0),
+            helper.make_node("Constant", [], ["lo"], value_float=0.0),
+            helper.make_node("Clip", ["x", "lo", "hi"], ["r"]),
+            helper.make_node("Mul", ["r", "r"], ["y"]),
+        ]
+    )
+    assert q2.evaluate(clipped).status == INCORRECT
+    relu_square = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "r"], ["y"])]
+    no_opsets = helper.make_function("course.fn", "SquaredRelu", ["x"], ["y"], relu_square, opset_imports=[])
+    assert "make_opsetid" in q2.evaluate(no_opsets).message
+
+
+def test_q2_names_to_function_proto_for_an_onnxscript_function():
+    import onnxscript
+    from onnxscript import opset21 as op
+    from onnxscript.values import Opset
+
+    @onnxscript.script(Opset("course.fn", 1))
+    def SquaredRelu(x):
+        relu = op.Relu(x)
+        return op.Mul(relu, relu)
+
+    result = q2.evaluate(SquaredRelu)
+    assert result.status == INCORRECT and "to_function_proto()" in result.message
+    assert q2.evaluate(SquaredRelu.to_function_proto()).status == CORRECT

@@ -80,7 +80,7 @@ def test_assert_providers_passes_and_catches_a_silent_fallback():
     assert sessions.assert_providers(session, sessions.CPU)[0] == sessions.CPU
     with pytest.raises(sessions.ProviderMismatch, match=f"expected the session to run on {missing}.*but it uses CPUExecutionProvider"):
         sessions.assert_providers(session, [missing, sessions.CPU])
-    with pytest.raises(sessions.ProviderMismatch, match=f"not available in this build/machine: {missing}$"):
+    with pytest.raises(sessions.ProviderMismatch, match=f"not in this onnxruntime build: {missing}$"):
         sessions.assert_providers(session, [missing, sessions.CPU])
     assert issubclass(sessions.ProviderMismatch, AssertionError)
 
@@ -245,3 +245,10 @@ def test_check_saved_model_reloads_the_file_and_compares_each_output(relu_model,
         sessions.check_saved_model(path, {"x": x}, {"y": x})
     with pytest.raises(ValueError, match=r"some of the model's outputs \['y'\] to arrays; got \['z'\]"):
         sessions.check_saved_model(path, {"x": x}, {"z": x})
+
+
+def test_assert_providers_names_a_provider_that_is_built_in_but_did_not_start(monkeypatch):
+    session, _ = sessions.open_with_choice(CNN)
+    monkeypatch.setattr(sessions, "available_providers", lambda: ["CUDAExecutionProvider", sessions.CPU])
+    with pytest.raises(sessions.ProviderMismatch, match=r"built in but not started here.*CUDAExecutionProvider$"):
+        sessions.assert_providers(session, ["CUDAExecutionProvider", sessions.CPU])

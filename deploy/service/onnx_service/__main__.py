@@ -11,13 +11,14 @@ on wait in the listen backlog until uvicorn accepts them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import socket
 import sys
 
-from . import LISTENING
+from . import LISTENING, PARENT_PID
 from .app import create_app
 from .config import HANDLERS, ConfigError, Settings
 from .cpus import cpu_budget
@@ -29,6 +30,19 @@ EXIT_BAD_CONFIG = 2
 
 def _exit_cleanly(signum: int, frame: object) -> None:
     sys.exit(0)
+
+
+def _die_with_parent() -> None:
+    """Linux: ask for SIGTERM when the process named in ONNX_SERVICE_PARENT_PID dies; exit now if it is gone."""
+    parent = os.environ.get(PARENT_PID, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(parent):  # it died before the request above took effect
+        sys.exit(0)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-queue-limit", type=int, help="most queued requests before 503 (ONNX_SERVICE_BATCH_QUEUE_LIMIT, default 256)"
     )
+    parser.add_argument("--drain-seconds", type=float, help="after SIGTERM, /ready 503 this long before shutdown (default 0)")
     parser.add_argument("--routing", help="JSON routing document: versions, aliases, split, shadow (ONNX_SERVICE_ROUTING)")
     parser.add_argument("--log-level", help="uvicorn log level (ONNX_SERVICE_LOG_LEVEL, default info)")
     return parser
@@ -75,6 +90,7 @@ def _cannot_start(reason: object) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse settings, verify the model, bind the port and print it, run uvicorn until SIGINT/SIGTERM; returns the exit status."""
+    _die_with_parent()
     args = _parser().parse_args(argv)
     overrides = {key: value for key, value in vars(args).items() if value is not None}
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
@@ -126,7 +142,7 @@ def _serve(settings: Settings, app: object, listener: socket.socket) -> int:
         timeout_graceful_shutdown=5,
         server_header=False,
         http=f"{__package__}.protocol:NoDelayHTTPProtocol",
-        lifespan="off",
+        lifespan="on",  # warm-up runs at start-up; /ready answers 503 until it is done
     )
     if settings.workers == 1:
         server = uvicorn.Server(uvicorn.Config(app, **common))

@@ -1,11 +1,13 @@
 """Dynamic (micro-)batching: concurrent /predict requests are queued and run through the model as one batch.
 
 One collector task on the event loop takes the first waiting request, waits at most ``max_wait``
-seconds for more (or until ``max_size`` examples are waiting), concatenates them, runs them in a
+seconds for more while another batch is running (or until ``max_size`` examples are waiting), concatenates them, runs them in a
 worker thread and hands each caller exactly its own rows. A new batch is formed only when an
 inference slot is free, so under load the queue grows and the batches with it: that is where the
-throughput comes from. At low load every request pays up to ``max_wait`` for company that never
-comes (notebook 08 measures both). A full queue refuses at once (``QueueFull``): never a hang.
+throughput comes from. A request that finds the batcher idle (no batch running) runs at once, so
+at low load batching costs nothing; requests that arrive while a batch runs wait at most
+``max_wait`` for company (notebook 08 measures both). A full queue refuses at once (``QueueFull``):
+never a hang.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ class Batcher:
     async def _next_batch(self) -> list[_Waiting]:
         while not self._waiting:
             await self._wait_for_arrival(None)
-        deadline = self._waiting[0].arrived + self.max_wait
+        # an idle batcher (no batch running) runs what is waiting at once: waiting for company would only add latency
+        deadline = self._waiting[0].arrived + (self.max_wait if self._running else 0.0)
         while self._waiting_rows < self.max_size:
             remaining = deadline - time.perf_counter()
             if remaining <= 0 or not await self._wait_for_arrival(remaining):

@@ -32,7 +32,8 @@ class Settings:
     batching: bool = False  # dynamic batching: concurrent /predict requests are queued and run as one batch
     batch_max_size: int = 32  # most examples in one merged batch (a larger single request runs alone)
     batch_max_wait_ms: float = 2.0  # longest wait for more requests after the first one arrives
-    batch_queue_limit: int = 256  # most requests waiting; beyond it /predict answers 503 with Retry-After
+    batch_queue_limit: int = 256  # most requests waiting for an inference slot (every mode); beyond it 503 + Retry-After
+    drain_seconds: float = 0.0  # after SIGTERM: /ready answers 503 this long while requests are still served, then shutdown
     routing: str = ""  # a JSON routing document: several versions, aliases, split, shadow (notebook 13); empty = MODEL only
     admin_token: str = ""  # enables PUT /admin/routing for callers sending "Authorization: Bearer <token>"; empty = off
     log_level: str = "info"
@@ -73,6 +74,8 @@ class Settings:
         ):
             if not low <= getattr(self, name) <= high:
                 raise bad(name, f"a whole number from {low} to {high}")
+        if not 0 <= self.drain_seconds <= 300:
+            raise bad("drain_seconds", "seconds from 0 to 300")
         if not 0 <= self.batch_max_wait_ms <= 1000:
             raise bad("batch_max_wait_ms", "milliseconds from 0 to 1000")
         if self.batching and self.handler != "threadpool":

@@ -1,9 +1,10 @@
 """uvicorn's HTTP protocol with TCP_NODELAY on every connection.
 
-With ``workers > 1`` uvicorn binds the listening socket itself (protocol number 0), and asyncio
-then skips TCP_NODELAY on the accepted connections: Nagle's algorithm plus delayed ACKs add
-about 40 ms to every keep-alive request. Setting the option here gives every worker the same
-latency as the single-process server (measured in notebook 08).
+asyncio sets TCP_NODELAY on accepted connections only when the listening socket's protocol number
+is IPPROTO_TCP. ``__main__._listen`` binds the socket itself (``socket.socket(family, SOCK_STREAM)``:
+protocol number 0) in every mode, one worker or several (uvicorn's own ``--workers`` has the same
+gap: uvicorn issue #3149), so without this Nagle's algorithm plus delayed ACKs would add about
+40 ms to every keep-alive request (measured in notebook 08).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ import numpy as np
 from .model import InputContract
 
 FIELD = "inputs"
+EXCERPT_CHARS = 60  # the most characters of client-sent text an error message repeats
+_INT_DIGITS = 18  # longer integer literals are read as floats: every int kept fits int64, and no int-digits limit is hit
 
 
 class RequestError(Exception):
@@ -23,6 +25,17 @@ class RequestError(Exception):
         return {"error": self.code, "detail": self.message}
 
 
+def excerpt(text: str) -> str:
+    """``text`` as a repr, cut to EXCERPT_CHARS characters: error messages never echo unbounded client input."""
+    return repr(text) if len(text) <= EXCERPT_CHARS else repr(text[:EXCERPT_CHARS]) + f"... ({len(text)} characters)"
+
+
+def _parse_int(token: str) -> int | float:
+    # Python refuses int() of more than 4300 digits (a plain ValueError); a long literal becomes a float
+    # (inf when beyond float64), which the dtype checks of to_batch then judge
+    return int(token) if len(token.lstrip("-")) <= _INT_DIGITS else float(token)
+
+
 def _reject_constant(token: str) -> float:
     raise RequestError(422, "not_finite", f"the body contains {token}; inputs must be finite numbers (JSON has no NaN or Infinity)")
 
@@ -33,7 +46,9 @@ def check_content_type(content_type: str | None) -> None:
         return
     media = content_type.split(";")[0].strip().lower()
     if media != "application/json" and not media.endswith("+json"):
-        raise RequestError(415, "unsupported_media_type", f"expected Content-Type: application/json, got {media or 'nothing'!r}")
+        raise RequestError(
+            415, "unsupported_media_type", f"expected Content-Type: application/json, got {excerpt(media) if media else 'nothing'}"
+        )
 
 
 def parse_json(body: bytes) -> Any:
@@ -41,15 +56,34 @@ def parse_json(body: bytes) -> Any:
     if not body.strip():
         raise RequestError(400, "invalid_json", f'the body is empty; expected a JSON object like {{"{FIELD}": [...]}}')
     try:
-        return json.loads(body, parse_constant=_reject_constant)
+        return json.loads(body, parse_constant=_reject_constant, parse_int=_parse_int)
     except RequestError:
         raise
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise RequestError(
-            400, "invalid_json", f'the body is not valid JSON ({error}); expected a JSON object like {{"{FIELD}": [...]}}'
-        ) from None
     except RecursionError:
         raise RequestError(400, "invalid_json", "the body nests JSON too deeply") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError and any other refusal of the decoder (bounded text)
+        raise RequestError(
+            400, "invalid_json", f'the body is not valid JSON ({str(error)[:200]}); expected a JSON object like {{"{FIELD}": [...]}}'
+        ) from None
+
+
+async def read_body(request: Any, limit: int) -> bytes:
+    """The request's body; 413 beyond ``limit`` bytes (declared in Content-Length or counted while streaming)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise RequestError(400, "bad_content_length", f"Content-Length {excerpt(declared)} is not a number") from None
+        if size > limit:
+            raise RequestError(413, "body_too_large", f"the body has {size} bytes; the maximum is {limit} bytes (send smaller batches)")
+    chunks, total = [], 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise RequestError(413, "body_too_large", f"the body exceeds the maximum of {limit} bytes (send smaller batches)")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _index_text(index: tuple[int, ...]) -> str:
@@ -62,7 +96,7 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
     if not isinstance(payload, dict):
         raise RequestError(422, "wrong_type", f'expected a JSON object like {{"{FIELD}": [...]}}, got a JSON {type(payload).__name__}')
     if FIELD not in payload:
-        fields = ", ".join(repr(key) for key in list(payload)[:5]) or "none"
+        fields = ", ".join(excerpt(key) for key in list(payload)[:5]) or "none"
         raise RequestError(
             422,
             "missing_field",
@@ -75,7 +109,9 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
         array = np.asarray(data)
     except (ValueError, TypeError):
         raise RequestError(
-            422, "wrong_shape", f"{FIELD!r} has rows of different lengths; expected shape {example_text} or {batch_text}"
+            422,
+            "wrong_shape",
+            f"{FIELD!r} has rows of different lengths or too many dimensions; expected shape {example_text} or {batch_text}",
         ) from None
     integer_model = np.issubdtype(contract.dtype, np.integer)
     kind = array.dtype.kind
@@ -93,6 +129,9 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
         what = "an object" if isinstance(data, dict) else "null or a mix of types"
         raise RequestError(422, "wrong_type", f"{FIELD!r} contains {what}; expected nested lists of numbers ({contract.dtype.name})")
     if integer_model and kind == "f" and array.size:
+        info = np.iinfo(contract.dtype)
+        if not np.isfinite(array).all() or array.min() < info.min or array.max() > info.max:
+            raise RequestError(422, "out_of_range", f"{FIELD!r} has values outside {contract.dtype.name}'s range {info.min}..{info.max}")
         raise RequestError(422, "wrong_type", f"{FIELD!r} contains fractional numbers; this model takes integers ({contract.dtype.name})")
     rank = len(contract.example_shape)
     if array.ndim == rank:
@@ -129,7 +168,9 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
             index = tuple(int(i) for i in np.argwhere(~finite)[0])
             index = index[1:] if single else index
             raise RequestError(
-                422, "not_finite", f"{_index_text(index)} is not a finite {contract.dtype.name} number; inputs must be finite"
+                422,
+                "not_finite",
+                f"{_index_text(index)} is not a finite {contract.dtype.name} number (too large for {contract.dtype.name}); inputs must be finite",
             )
         return converted, single
     info = np.iinfo(contract.dtype)

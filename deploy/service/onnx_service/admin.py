@@ -1,0 +1,60 @@
+"""The admin API (notebook 13): read and replace the routing of versions; needs ONNX_SERVICE_ADMIN_TOKEN."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Annotated, Any
+
+import anyio.to_thread
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import JSONResponse
+
+from . import routing
+from .model import ModelError
+from .service import Service, get_service
+from .validation import RequestError, parse_json, read_body
+
+log = logging.getLogger("onnx_service")
+
+
+class AdminRefusal(HTTPException):
+    """403 when the admin API is off, 401 without the right bearer token (answered as {"error", "detail"})."""
+
+    def __init__(self, status: int, code: str, detail: str):
+        super().__init__(status, detail)
+        self.code = code
+
+
+def require_admin(request: Request, service: Annotated[Service, Depends(get_service)]) -> Service:
+    """Dependency: the Service, once the caller sent ``Authorization: Bearer <ONNX_SERVICE_ADMIN_TOKEN>``."""
+    token = service.settings.admin_token
+    if not token:
+        raise AdminRefusal(403, "admin_disabled", "the admin API is off: start the service with ONNX_SERVICE_ADMIN_TOKEN set")
+    sent = request.headers.get("authorization", "")
+    if not hmac.compare_digest(sent.encode("utf-8", "replace"), f"Bearer {token}".encode()):
+        raise AdminRefusal(401, "unauthorized", "send the header Authorization: Bearer <ONNX_SERVICE_ADMIN_TOKEN>")
+    return service
+
+
+AdminDep = Annotated[Service, Depends(require_admin)]
+router = APIRouter(prefix="/admin")
+
+
+@router.get("/routing", summary="The versions served, their aliases, the traffic split and the shadow version")
+async def get_routing(service: AdminDep) -> dict[str, Any]:
+    return service.router.describe()
+
+
+@router.put("/routing", summary="Load versions and switch aliases, split or shadow without a restart")
+async def put_routing(request: Request, service: AdminDep) -> JSONResponse:
+    try:
+        document = parse_json(await read_body(request, service.settings.max_body_bytes))
+        new = await anyio.to_thread.run_sync(routing.build, document, service.router, service.load_version, service.make_batcher)
+    except RequestError as error:
+        return JSONResponse(error.body(), status_code=error.status)
+    except (routing.RoutingError, ModelError) as error:
+        return JSONResponse({"error": "bad_routing", "detail": str(error)}, status_code=422)
+    service.router = new  # one assignment: requests in flight finish on the router they started with
+    log.info("routing changed: aliases %s, challenger %d%%, shadow %s", dict(new.aliases), new.challenger_percent, new.shadow)
+    return JSONResponse(new.describe())

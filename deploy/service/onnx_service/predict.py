@@ -1,0 +1,72 @@
+"""POST /predict (the route is built per app: its documented body follows the model): validate the body against the model's signature, pick a version, infer, answer."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from . import routing
+from .batching import QueueFull
+from .service import Service, get_service
+from .validation import FIELD, RequestError, check_content_type, parse_json, read_body, to_batch
+
+RESPONSES = {
+    400: {"description": "not JSON"},
+    413: {"description": "body too large"},
+    415: {"description": "not application/json"},
+    422: {"description": "wrong shape, type, values or batch size"},
+    503: {"description": "overloaded (too many requests wait for a slot): retry after the Retry-After header's seconds"},
+}
+
+
+async def predict(request: Request, service: Annotated[Service, Depends(get_service)]) -> Response:
+    try:
+        check_content_type(request.headers.get("content-type"))
+        body = await read_body(request, service.settings.max_body_bytes)
+        batch, _single = to_batch(parse_json(body), service.contract)
+    except RequestError as error:
+        return JSONResponse(error.body(), status_code=error.status)
+    router_now = service.router  # this request finishes on the router it started with
+    alias, version = router_now.pick(request.headers.get(routing.KEY_HEADER))
+    try:
+        outputs = await service.infer(version, batch)
+    except QueueFull as full:
+        headers = {"Retry-After": str(full.retry_after)}
+        return JSONResponse({"error": "overloaded", "detail": str(full)}, status_code=503, headers=headers)
+    result = {"model": version.model.name, "version": version.name, "alias": alias, "batch_size": len(batch)}
+    result.update(version.model.postprocess(outputs))
+    service.metrics.observe_version(version.name, alias)
+    shadow = router_now.versions.get(router_now.shadow) if router_now.shadow else None
+    if shadow is not None and shadow is not version:
+        service.start_shadow(shadow, batch, result["predictions"])
+    return Response(json.dumps(result, separators=(",", ":")), media_type="application/json", headers={"X-Model-Version": version.name})
+
+
+def request_schema(service: Service) -> dict[str, Any]:
+    """The OpenAPI request body of /predict for the served model: one example or a batch, with their shapes."""
+    contract = service.contract
+    leaf: dict[str, Any] = {"type": "integer" if contract.dtype.kind in "iu" else "number"}
+    schema = leaf
+    for dim in reversed(contract.example_shape):
+        schema = {"type": "array", "items": schema, **({"minItems": dim, "maxItems": dim} if dim else {})}
+    batch = {"type": "array", "items": schema, "minItems": 1, "maxItems": contract.max_batch}
+    description = f"one example {contract.shape_text()} or a batch {contract.shape_text(batch=True)}"
+    body = {"type": "object", "required": [FIELD], "properties": {FIELD: {"description": description, "anyOf": [schema, batch]}}}
+    return {"required": True, "content": {"application/json": {"schema": body}}}
+
+
+def build_router(service: Service) -> APIRouter:
+    """The /predict route, its OpenAPI request body derived from the model that ``service`` serves."""
+    router = APIRouter()
+    router.add_api_route(
+        "/predict",
+        predict,
+        methods=["POST"],
+        summary="Classify one example or a batch",
+        responses=RESPONSES,
+        openapi_extra={"requestBody": request_schema(service)},
+    )
+    return router

@@ -1,0 +1,66 @@
+"""deploy/custom_op/softcap_op.cc (notebook 10, section 7) compiles against ONNX Runtime's headers and runs in ORT.
+
+The headers come from ``python -m labsupport.maintain.ort_headers`` (``make test`` fetches them): fail in CI, skip elsewhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from labsupport.course.paths import repo_root
+from labsupport.topics import custom_ops
+
+SOURCE = repo_root() / "deploy" / "custom_op" / "softcap_op.cc"
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory, require_tool, prerequisite):
+    require_tool("g++", "the custom-op library is C++ (install g++)")
+    prerequisite(custom_ops.find_ort_headers() is not None, f"ONNX Runtime's headers are missing: run `{custom_ops.FETCH_COMMAND}`")
+    return custom_ops.build_custom_op_library(SOURCE, tmp_path_factory.mktemp("lib") / "libsoftcap.so")
+
+
+def _softcap_model(**attributes):
+    node = helper.make_node("SoftCap", ["x"], ["y"], domain="course.custom", **attributes)
+    graph = helper.make_graph(
+        [node],
+        "softcap",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("course.custom", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
+
+
+def _session(library, model):
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(str(library))
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def test_library_computes_softcap_in_two_sessions_of_one_process(library):
+    x = np.array([[-1e3, -2.0, 0.0], [0.5, 7.0, 40.0]], np.float32)
+    for cap in (5.0, 2.0):  # a second registration in the same process, with another attribute value
+        got = _session(library, _softcap_model(cap=cap)).run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, cap * np.tanh(x / cap), rtol=1e-6, atol=1e-6)
+
+
+def test_missing_attribute_is_an_error_at_session_creation(library):
+    with pytest.raises(Exception, match="cap"):
+        _session(library, _softcap_model())
+
+
+def test_missing_headers_name_the_fetch_command(monkeypatch, tmp_path):
+    monkeypatch.setattr(custom_ops, "find_ort_headers", lambda: None)
+    with pytest.raises(FileNotFoundError, match=r"labsupport\.maintain\.ort_headers"):
+        custom_ops.build_custom_op_library(SOURCE, tmp_path / "lib.so")
+
+
+def test_compile_error_is_reported_with_the_compiler_message(library, tmp_path):
+    broken = tmp_path / "broken.cc"
+    broken.write_text("int main( {\n")
+    with pytest.raises(RuntimeError, match=r"compiling broken\.cc failed"):
+        custom_ops.build_custom_op_library(broken, tmp_path / "broken.so")

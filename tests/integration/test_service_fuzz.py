@@ -1,0 +1,181 @@
+"""No input gets a 5xx: generated request bodies and headers, then a corpus of hostile inputs, against /predict.
+
+The service runs in-process (FastAPI's TestClient, lifespan included). Every answer must be a 2xx or a
+4xx whose JSON ``detail`` is readable text of bounded length: what the client sent is echoed only as a
+short excerpt. Hypothesis runs a fixed number of examples from a fixed seed (``derandomize``): the same
+inputs on every machine, a bounded run time in ``make test``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from labsupport.models.digits_cnn import ensure_digits_cnn
+from onnx_service.app import create_app
+from onnx_service.config import Settings
+
+MAX_DETAIL = 600  # characters: the longest message the service writes, with its bounded excerpts
+EXAMPLES = 300
+
+
+@pytest.fixture(scope="module")
+def client():
+    app = create_app(Settings(model=str(ensure_digits_cnn()), max_body_bytes=65_536, admin_token="secret"))
+    with TestClient(app, raise_server_exceptions=False) as http:
+        assert http.get("/ready").status_code == 200  # warmed up: the lifespan ran
+        yield http
+
+
+def latin1(headers: dict[str, str]) -> dict[str, bytes]:
+    """Header values as the bytes a client puts on the wire (HTTP headers are latin-1)."""
+    return {name: value.encode("latin-1") for name, value in headers.items()}
+
+
+def assert_client_error_or_success(response) -> None:
+    """2xx, or a 4xx with a JSON {"error", "detail"} whose detail is printable and bounded."""
+    assert response.status_code < 500, (response.status_code, response.text[:500])
+    if response.status_code >= 400:
+        body = response.json()
+        assert isinstance(body.get("error"), str) and isinstance(body.get("detail"), str), body
+        assert body["detail"].isprintable() and 0 < len(body["detail"]) <= MAX_DETAIL, body["detail"][:MAX_DETAIL]
+
+
+numbers = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0, 1, 255, 2**63, -(2**63) - 1, 1e38, 3.5e38, -1e309 / 1e300]),
+)
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=20)),
+    lambda children: st.one_of(st.lists(children, max_size=9), st.dictionaries(st.text(max_size=12), children, max_size=4)),
+    max_leaves=80,
+)
+
+
+def nested_lists(depth: int):
+    """Lists of numbers nested ``depth`` deep, of random (often wrong) lengths: near-miss tensors."""
+    leaf = st.lists(numbers, min_size=0, max_size=9)
+    for _ in range(depth - 1):
+        leaf = st.lists(leaf, min_size=0, max_size=3 if depth > 3 else 9)
+    return leaf
+
+
+inputs_bodies = st.builds(
+    lambda value, extra: json.dumps({"inputs": value, **extra}).encode(),
+    st.one_of(json_values, st.integers(1, 5).flatmap(nested_lists)),
+    st.dictionaries(st.text(max_size=30), json_values, max_size=2),
+)
+bodies = st.one_of(inputs_bodies, json_values.map(lambda value: json.dumps(value).encode()), st.binary(max_size=300))
+content_types = st.one_of(
+    st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain", "", "application/problem+json", "JSON"]),
+    st.text(st.characters(min_codepoint=32, max_codepoint=255), max_size=200),
+)
+header_values = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=100)
+
+
+@settings(
+    max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=bodies, content_type=content_types, request_key=header_values, authorization=header_values)
+def test_generated_requests_never_get_a_5xx(client, body, content_type, request_key, authorization):
+    headers = {"content-type": content_type, "x-request-key": request_key, "authorization": authorization}
+    assert_client_error_or_success(client.post("/predict", content=body, headers=latin1(headers)))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=bodies, authorization=header_values)
+def test_generated_admin_requests_never_get_a_5xx(client, body, authorization):
+    headers = {"content-type": "application/json", "authorization": authorization}
+    assert_client_error_or_success(client.put("/admin/routing", content=body, headers=headers))
+    authorized = {"content-type": "application/json", "authorization": "Bearer secret"}
+    assert_client_error_or_success(client.put("/admin/routing", content=body, headers=authorized))
+
+
+def _image(value: object) -> list:
+    return [[[value] * 8 for _ in range(8)]]
+
+
+LONG_KEY = "k" * 30_000
+HOSTILE = {
+    "5000-digit integer": b'{"inputs": ' + b"1" * 5000 + b"}",
+    "5000-digit integer in a tensor": json.dumps({"inputs": _image(0)}).replace("0", "9" * 5000, 1).encode(),
+    "4000-digit negative integer": b'{"inputs": [-' + b"7" * 4000 + b"]}",
+    "integer beyond float32": json.dumps({"inputs": _image(10**40)}).encode(),
+    "float overflowing float64": b'{"inputs": ' + json.dumps(_image(0)).replace("0", "1e400", 1).encode() + b"}",
+    "NaN token": json.dumps({"inputs": _image(0)}).replace("0", "NaN", 1).encode(),
+    "-Infinity token": json.dumps({"inputs": _image(0)}).replace("0", "-Infinity", 1).encode(),
+    "30 000-character key": json.dumps({LONG_KEY: 1}).encode(),
+    "deep list nesting": b"[" * 100_000 + b"]" * 100_000,
+    "deep object nesting": b'{"a":' * 20_000 + b"1" + b"}" * 20_000,
+    "70 nested lists (beyond numpy's 64 dimensions)": b'{"inputs": ' + b"[" * 70 + b"1" + b"]" * 70 + b"}",
+    "null byte": b'{"inputs": \x00}',
+    "lone surrogate": b'{"inputs": "\\ud800"}',
+    "invalid UTF-8": b'{"inputs": "\xff\xfe"}',
+    "duplicate keys": b'{"inputs": 1, "inputs": [1, 2]}',
+    "empty dimension": b'{"inputs": [[[]]]}',
+    "ragged rows": b'{"inputs": [[[1, 2], [3]]]}',
+    "booleans": json.dumps({"inputs": _image(True)}).encode(),
+    "strings": json.dumps({"inputs": _image("1")}).encode(),
+    "objects": json.dumps({"inputs": _image({})}).encode(),
+    "nulls": json.dumps({"inputs": _image(None)}).encode(),
+    "65 examples": json.dumps({"inputs": [_image(0)] * 65}).encode(),
+    "a bare number": b"1",
+    "a bare string": b'"inputs"',
+    "trailing garbage": json.dumps({"inputs": _image(0)}).encode() + b"}}}",
+    "whitespace only": b" \n\t ",
+    "body just under the limit": b'{"inputs": [' + b"0," * 32_000 + b"0]}",
+    "body over the limit": b"[" + b"0," * 40_000 + b"0]",
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_bodies_get_a_readable_4xx(client, case):
+    response = client.post("/predict", content=HOSTILE[case], headers={"content-type": "application/json"})
+    assert 400 <= response.status_code < 500, (response.status_code, response.text[:500])
+    assert_client_error_or_success(response)
+
+
+ACCEPTED = {  # odd but valid: Python's json reads UTF-16/32 and a UTF-8 BOM; 2**64 is a float32 value like any other
+    "UTF-16 body": json.dumps({"inputs": _image(0)}).encode("utf-16"),
+    "UTF-8 BOM": b"\xef\xbb\xbf" + json.dumps({"inputs": _image(0)}).encode(),
+    "integer beyond int64": json.dumps({"inputs": _image(2**64)}).encode(),
+}
+
+
+@pytest.mark.parametrize("case", list(ACCEPTED))
+def test_odd_but_valid_bodies_are_answered(client, case):
+    response = client.post("/predict", content=ACCEPTED[case], headers={"content-type": "application/json"})
+    assert response.status_code == 200 and response.json()["batch_size"] == 1, response.text[:300]
+
+
+HOSTILE_HEADERS = {
+    "10 000-character content type": {"content-type": "x" * 10_000},
+    "latin-1 content type": {"content-type": "application/jsön"},
+    "content length not a number": {"content-type": "application/json", "content-length": "1" * 5000},
+    "10 000-character request key": {"content-type": "application/json", "x-request-key": "k" * 10_000},
+    "non-ASCII bearer": {"content-type": "application/json", "authorization": "Bearer s\xe9cret"},
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_HEADERS))
+def test_hostile_headers_never_get_a_5xx(client, case):
+    body = json.dumps({"inputs": _image(0)}).encode()
+    for method, path in (("POST", "/predict"), ("PUT", "/admin/routing"), ("GET", "/admin/routing")):
+        assert_client_error_or_success(client.request(method, path, content=body, headers=latin1(HOSTILE_HEADERS[case])))
+
+
+def test_a_5000_digit_integer_is_refused_as_out_of_range_not_as_a_type_mix(client):
+    response = client.post("/predict", content=HOSTILE["5000-digit integer in a tensor"], headers={"content-type": "application/json"})
+    assert response.status_code == 422 and response.json()["error"] == "not_finite", response.text[:300]
+    assert "too large for float32" in response.json()["detail"]
+
+
+def test_echoed_client_text_is_an_excerpt(client):
+    response = client.post("/predict", content=HOSTILE["30 000-character key"], headers={"content-type": "application/json"})
+    detail = response.json()["detail"]
+    assert response.status_code == 422 and "(30000 characters)" in detail and len(detail) < MAX_DETAIL
