@@ -7,8 +7,9 @@ MLflow calls it makes are shown first in the notebook); ``Registry.model_path`` 
 whose sha256 differs from the one recorded; ``gate`` re-runs the candidate and the champion on the same
 split and refuses a version that fails a parity, accuracy or latency budget, that a rollback took out
 of production, or whose records cannot be read (it fails closed); ``promote`` moves the ``champion``
-alias through that gate, ``rollback`` to a named version gated on that version's own evidence only; ``routing_document``, ``push_routing`` and ``verify_served`` hand the aliases to the
-service of ``deploy/service``, which switches without a restart, and check what it loaded.
+alias through that gate, ``rollback`` to a named version gated on that version's own evidence only
+(``rollback_gate``); ``routing_document``, ``push_routing`` and ``verify_served`` hand the aliases to
+the service of ``deploy/service``, which switches without a restart, and check what it loaded.
 """
 
 from __future__ import annotations
@@ -305,7 +306,7 @@ def _reference_logits(registry: Registry, tags: dict[str, str]) -> np.ndarray:
 
 
 def _own_checks(registry: Registry, version: str, split: Any, budgets: Budgets) -> tuple[list[GateCheck], Path, float]:
-    """The checks a version passes on its own evidence (file, parity, floor, history), its verified file and its accuracy."""
+    """The checks on a version's own evidence (parity, history), its sha256-checked file and its accuracy on ``split``."""
     path, tags = registry.model_path(version), registry.tags(version)
     logits = _logits(path, split.images)
     parity = compare(
