@@ -4,8 +4,10 @@ Azure ML's inference server (PyPI ``azureml-inference-server-http``, in the depl
 this file by its path, calls ``init()`` once and ``run(raw_data, request_headers)`` for every POST /score,
 with the request body as text. Validation and inference are the course service's own code: ``onnx_service``
 (deploy/service), which ``labsupport.topics.azure_ml.stage_code`` copies next to this file into the code
-folder Azure ML uploads. A request gets the same checks, messages, 4xx status codes and answers as the
-service's POST /predict. Nothing here imports labsupport.
+folder Azure ML uploads. A request gets the same checks of its JSON body (content type, shape, dtype, batch
+limit), with the same 4xx status codes and messages, and the same predictions as the service's POST /predict.
+Unlike the service, it does not limit the body's size (the service's 413 above max_body_bytes), and its answer
+names no version or alias. Nothing here imports labsupport.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from labsupport.exercises import Exercise, Incorrect
 
 KEYS = [f"user-{i}" for i in range(400)] + ["", "ünïcode", "a" * 100]
@@ -75,12 +77,25 @@ class StoreUnreadable(RuntimeError):
 GATE_CASES = [
     (None, 0.95, True, "there is no champion yet: only the 90% floor applies"),
     (None, 0.85, False, "there is no champion and the candidate is below the 90% floor"),
+    (None, 0.9, True, "there is no champion and the candidate is exactly at the 90% floor (at least 0.9: >=)"),
+    (None, 0.8999, False, "there is no champion and the candidate is 0.01 points below the 90% floor"),
     (0.99, 0.985, True, "the candidate is half a point below the champion: within the 1-point budget"),
     (0.99, 0.995, True, "the candidate beats the champion"),
+    (
+        0.99,
+        0.98,
+        True,
+        "the candidate is exactly 1 point (0.01) below the champion, which is allowed: candidate >= champion - 0.01 "
+        "(not a fraction of the champion's accuracy; and champion - candidate is 0.010000000000000009 in floats)",
+    ),
+    (0.99, 0.9795, False, "the candidate is 1.05 points below the champion: over the 1-point budget"),
     (0.99, 0.975, False, "the candidate is 1.5 points below the champion"),
+    (0.905, 0.9, True, "the candidate is half a point below the champion and exactly at the 90% floor"),
     (0.905, 0.899, False, "the candidate is within 1 point of the champion but below the 90% floor"),
     (StoreUnreadable("database is locked"), 0.99, False, "the champion could not be read (the store is locked)"),
     (KeyError("accuracy"), 0.99, False, "the champion's record has no accuracy"),
+    (OSError("disk I/O error"), 0.99, False, "the champion's file could not be read (OSError: any exception means no)"),
+    (ValueError("could not convert string to float: 'n/a'"), 0.99, False, "the champion's recorded accuracy is not a number"),
 ]
 
 
@@ -103,9 +118,9 @@ def _check_gate(may_promote) -> str:
             raise Incorrect(
                 f"may_promote raised {type(error).__name__}: {error} when {why}; a gate that fails closed answers False instead"
             ) from None
-        if got is not True and got is not False:
+        if not isinstance(got, bool | np.bool_):
             raise Incorrect(f"may_promote must return True or False, got {got!r}")
-        if got != want:
+        if bool(got) != want:
             verdict = "promote" if got else "refuse"
             raise Incorrect(f"may_promote said {verdict} when {why}: the answer is {want}")
     return "your gate refuses whenever the champion cannot be read: it fails closed"
@@ -150,8 +165,8 @@ q3 = Exercise(
     "a gate that fails closed",
     _check_gate,
     hint=(
-        "Call read_champion_accuracy() inside try/except Exception: any error means False. "
-        "Then: candidate >= 0.9, and if the champion is not None, candidate >= champion - 0.01."
+        "What should 'I could not read the champion' mean for a gate, whichever error it is? "
+        "The two rules are inclusive ('at least', 'at most'), and '1 point' is 0.01 of accuracy, not 1% of the champion's."
     ),
     solution_code="""
         def answer(read_champion_accuracy, candidate_accuracy):

@@ -11,7 +11,7 @@ anything anywhere (``no_network`` refuses every connection and records the attem
   ``load_online_deployment``), which validate them against the SDK's schemas.
 
 The deployment's code folder (``stage_code``: deploy/azureml/score.py and the service package ``onnx_service``
-beside it, in artifacts/azureml/code) is checked with the SDK's own scoring-script check, and score.py runs
+beside it, in artifacts/azureml/code) goes through the SDK's syntax check of score.py, and score.py runs
 here in a fresh Python, as Azure ML's inference server runs it, on test images and on a bad request.
 """
 
@@ -50,7 +50,7 @@ ENVIRONMENT_NAME, ENVIRONMENT_VERSION = "onnx-lab-onnxruntime", "1"
 BASE_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest"
 ENDPOINT_NAME = "onnx-lab-digits"  # endpoint names are unique per Azure region: add a suffix of your own
 DEPLOYMENT_NAME = "blue"
-# the smallest size the SDK does not warn about ("Minimum recommended compute SKU is Standard_DS3_v2")
+# the SDK's minimum recommended size for general-purpose endpoints (it warns for Standard_DS1_v2 and DS2_v2)
 INSTANCE_TYPE, INSTANCE_COUNT = "Standard_DS3_v2", 1
 SERVICE_SETTINGS = {"ONNX_SERVICE_THREADS": "1", "ONNX_SERVICE_MAX_BATCH": "64"}  # read by onnx_service's Settings
 TAGS = {"course": "onnx-lab", "notebook": "13"}
@@ -329,7 +329,8 @@ def _shown(path: Path) -> str:
 
 
 def _check_files(assets: AzureMLAssets) -> list[str]:
-    from azure.ai.ml._utils._endpoint_utils import validate_scoring_script  # the check begin_create_or_update runs first
+    # an ast.parse of score.py, which begin_create_or_update runs before it contacts Azure
+    from azure.ai.ml._utils._endpoint_utils import validate_scoring_script
 
     code = Path(assets.deployment.code_configuration.code)
     needed = [Path(assets.model.path), code / SCORING_SCRIPT, code / "onnx_service" / "validation.py", DEPLOY_DIR / CONDA_FILE]
@@ -339,7 +340,7 @@ def _check_files(assets: AzureMLAssets) -> list[str]:
             f"missing: {', '.join(missing)} (run labsupport.topics.azure_ml.stage_code() after ensure_digits_cnn())"
         )
     validate_scoring_script(assets.deployment)
-    return [f"files present: {', '.join(_shown(path) for path in needed)}; the SDK's scoring-script check passed"]
+    return [f"files present: {', '.join(_shown(path) for path in needed)}; the SDK's syntax check of score.py passed"]
 
 
 def validate(folder: Path = DEPLOY_DIR) -> list[str]:

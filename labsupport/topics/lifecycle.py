@@ -5,10 +5,11 @@ folder under ``artifacts/lifecycle/`` (no server, telemetry off: nothing leaves 
 ``log_version`` registers an ONNX file with its accuracy, parity report, opset and sha256 (the raw
 MLflow calls it makes are shown first in the notebook); ``Registry.model_path`` refuses a registered file
 whose sha256 differs from the one recorded; ``gate`` re-runs the candidate and the champion on the same
-split and refuses a version that fails a parity, accuracy or latency budget, or whose records cannot be
-read (it fails closed); ``promote`` and ``rollback`` (to a named version, through the gate) move the
-``champion`` alias; ``routing_document``, ``push_routing`` and ``verify_served`` hand the aliases to the
-service of ``deploy/service``, which switches without a restart, and check what it loaded.
+split and refuses a version that fails a parity, accuracy or latency budget, that a rollback took out
+of production, or whose records cannot be read (it fails closed); ``promote`` moves the ``champion``
+alias through that gate, ``rollback`` to a named version gated on that version's own evidence only
+(``rollback_gate``); ``routing_document``, ``push_routing`` and ``verify_served`` hand the aliases to
+the service of ``deploy/service``, which switches without a restart, and check what it loaded.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from labsupport.onnxutil.sessions import open_session
 MODEL_NAME = "digits-classifier"
 EXPERIMENT = "onnx-lab-digits"
 CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous"
-ROLLED_BACK = "rolled_back"
+ROLLED_BACK = "rolled_back"  # tag on a version that a rollback took out of production
 # what MLflow's pyfunc flavour opens the model with; its default lists CUDAExecutionProvider first
-CPU_PROVIDER = "CPUExecutionProvider"  # tag on a version that a rollback took out of production
+CPU_PROVIDER = "CPUExecutionProvider"
 FOLDER = "lifecycle"
 # MLflow reports usage unless told not to, and shows progress bars: both off, before mlflow is imported
 OFFLINE_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
@@ -297,22 +298,46 @@ def _accuracy(logits: np.ndarray, split: Any) -> float:
     return float(np.mean(logits.argmax(axis=1) == split.labels))
 
 
-def _checks(registry: Registry, version: str, split: Any, budgets: Budgets) -> list[GateCheck]:
+def _reference_logits(registry: Registry, tags: dict[str, str]) -> np.ndarray:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="reference-") as folder:  # MLflow copies the artifact: no copy is left behind
+        return np.load(registry.download(run_id=tags["run_id"], artifact_path="reference_logits.npy", dst_path=folder))
+
+
+def _own_checks(registry: Registry, version: str, split: Any, budgets: Budgets) -> tuple[list[GateCheck], Path, float]:
+    """The checks on a version's own evidence (parity, history), its sha256-checked file and its accuracy on ``split``."""
     path, tags = registry.model_path(version), registry.tags(version)
-    reference = np.load(registry.download(run_id=tags["run_id"], artifact_path="reference_logits.npy"))
     logits = _logits(path, split.images)
     parity = compare(
-        reference, logits, atol=budgets.atol, rtol=budgets.rtol, name="registered artifact vs reference", raise_on_failure=False
+        _reference_logits(registry, tags),
+        logits,
+        atol=budgets.atol,
+        rtol=budgets.rtol,
+        name="registered artifact vs reference",
+        raise_on_failure=False,
     )
-    accuracy, champion = _accuracy(logits, split), registry.version_of(CHAMPION)
+    accuracy = _accuracy(logits, split)
     checks = [
         GateCheck(
             "parity",
             parity.passed,
             f"outputs within atol={budgets.atol:g}, rtol={budgets.rtol:g} of the logged reference",
             f"max abs err {parity.max_abs:.2e}, max rel err {parity.max_rel:.2e}",
-        )
+        ),
+        GateCheck(
+            "history",
+            tags.get(ROLLED_BACK) != "true",
+            f"not taken out of production by a rollback (no {ROLLED_BACK!r} tag)",
+            f"{ROLLED_BACK}={tags.get(ROLLED_BACK, 'absent')}",
+        ),
     ]
+    return checks, path, accuracy
+
+
+def _checks(registry: Registry, version: str, split: Any, budgets: Budgets) -> list[GateCheck]:
+    checks, path, accuracy = _own_checks(registry, version, split, budgets)
+    champion = registry.version_of(CHAMPION)
     if champion is None or champion == version:
         rule = f"accuracy >= {budgets.min_accuracy:.0%} (no other champion to compare with)"
         checks.append(GateCheck("accuracy", accuracy >= budgets.min_accuracy, rule, f"accuracy {accuracy:.2%}"))
@@ -343,7 +368,8 @@ def gate(registry: Registry, version: str, split: Any, budgets: Budgets = Budget
     """Run the registered artifact of ``version`` and the champion's on ``split`` and check ``budgets``; fails closed.
 
     Parity: the artifact's outputs vs the reference logits logged with it (``labsupport.course.compare``).
-    Accuracy: at least ``min_accuracy`` and at most ``max_accuracy_drop`` below the champion's, re-measured
+    History: a version that a rollback took out of production (tag ``rolled_back``) is refused until a
+    person removes the tag. Accuracy: at least ``min_accuracy`` and at most ``max_accuracy_drop`` below the champion's, re-measured
     on the same split. Latency: median single-example run at most ``max_latency_ratio`` times the
     champion's, both measured in alternating rounds. Any error reading either version (a missing record,
     a file whose sha256 differs from the recorded one, an unreadable store) refuses the version with the reason.
@@ -366,18 +392,47 @@ def promote(registry: Registry, version: str, split: Any, budgets: Budgets = Bud
     return report
 
 
-def rollback(registry: Registry, version: str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
-    """Make the named earlier ``version`` the champion again, through the gate; running it twice changes nothing more.
+def _rollback_checks(registry: Registry, version: str, split: Any, budgets: Budgets) -> list[GateCheck]:
+    checks, _path, accuracy = _own_checks(registry, version, split, budgets)
+    recorded = float(registry.tags(version)["accuracy"])
+    floor = max(budgets.min_accuracy, recorded - budgets.max_accuracy_drop)
+    rule = (
+        f"accuracy >= {budgets.min_accuracy:.0%} and at most {budgets.max_accuracy_drop * 100:g} point(s) below "
+        "the accuracy recorded when it was registered (the champion being replaced is not consulted)"
+    )
+    return [*checks, GateCheck("accuracy", accuracy >= floor, rule, f"accuracy {accuracy:.2%}, recorded {recorded:.2%}")]
 
-    The version rolled back from is tagged ``rolled_back``, and ``previous`` is removed (it named the
-    champion before the promotion that was undone).
+
+def rollback_gate(registry: Registry, version: str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
+    """The gate of a rollback target, on its own evidence only; fails closed like ``gate``.
+
+    Its registered file must match the recorded sha256, its outputs the reference logged with it, its
+    accuracy on ``split`` the floor and the accuracy recorded with it (within ``max_accuracy_drop``), and
+    it must not carry a ``rolled_back`` tag. The champion being abandoned is never read: a champion that is
+    broken, slower or whose file was damaged cannot block the way back.
     """
-    report = gate(registry, version, split, budgets)
+    try:
+        return GateReport(version, _rollback_checks(registry, version, split, budgets))
+    except Exception as error:
+        reason = f"{type(error).__name__}: {error}"
+        return GateReport(version, [GateCheck("records", False, f"could not read or verify the version ({reason})", reason)])
+
+
+def rollback(registry: Registry, version: str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
+    """Make the named earlier ``version`` the champion again, through ``rollback_gate``; running it twice changes nothing more.
+
+    The version rolled back from is tagged ``rolled_back`` (the gates then refuse it) and loses the
+    ``challenger`` alias if it held it; ``previous`` is removed (it named the champion before the
+    promotion that was undone).
+    """
+    report = rollback_gate(registry, version, split, budgets)
     if report.passed:
         current = registry.version_of(CHAMPION)
         registry.client.set_registered_model_alias(registry.name, CHAMPION, version)
         if current and current != version:
             registry.client.set_model_version_tag(registry.name, current, ROLLED_BACK, "true")
+            if registry.version_of(CHALLENGER) == current:
+                registry.client.delete_registered_model_alias(registry.name, CHALLENGER)
         if registry.version_of(PREVIOUS) is not None:
             registry.client.delete_registered_model_alias(registry.name, PREVIOUS)
     return report

@@ -174,3 +174,78 @@ def test_mislabeled_copy_rotates_the_classes(tmp_path, split):
     original, rotated = (lifecycle._logits(p, split.images[:20]) for p in (ensure_digits_cnn(), path))
     np.testing.assert_array_equal(rotated, original[:, np.roll(np.arange(10), 1)])
     assert (rotated.argmax(axis=1) != original.argmax(axis=1)).all()
+
+
+def _less_accurate_copy(source, target, split):
+    """A valid, less accurate release: noise on the last weight matrix, until the accuracy lies between 90% and 97.5%."""
+    import onnx
+    from onnx import numpy_helper
+
+    proto = onnx.load(str(source))
+    weights = [init for init in proto.graph.initializer if len(init.dims) == 2][-1]
+    clean, rng = numpy_helper.to_array(weights).copy(), np.random.default_rng(0)
+    for scale in (1, 1.5, 2, 3, 4, 5, 6, 8):
+        noisy = clean + rng.normal(0, scale * np.abs(clean).mean(), clean.shape).astype(clean.dtype)
+        weights.CopyFrom(numpy_helper.from_array(noisy, weights.name))
+        onnx.save(proto, str(target))
+        if 0.9 < np.mean(lifecycle._logits(target, split.images).argmax(axis=1) == split.labels) < 0.975:
+            return target
+    raise AssertionError("no noise level gave an accuracy between 90% and 97.5%")
+
+
+def test_a_rollback_is_gated_on_the_target_alone(tmp_path, split, reference):
+    registry = lifecycle.open_registry(tmp_path / "store", fresh=True)
+    older = _less_accurate_copy(ensure_digits_cnn(), tmp_path / "older.onnx", split)
+    old = lifecycle.log_version(registry, older, lifecycle._logits(older, split.images), split, "older, less accurate")
+    cnn = lifecycle.log_version(registry, ensure_digits_cnn(), reference, split, "digits CNN")
+    optimized = lifecycle.log_version(registry, lifecycle.optimized_copy(ensure_digits_cnn(), tmp_path / "o.onnx"), reference, split, "opt")
+    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, old)
+    assert lifecycle.promote(registry, cnn, split).passed
+    # the new champion is better offline but broken in production: back to the older, less accurate one
+    report = lifecycle.rollback(registry, old, split)
+    assert report.passed, str(report)
+    assert registry.version_of(lifecycle.CHAMPION) == old and "champion being replaced is not consulted" in str(report)
+    # a champion whose registered file was damaged: promotion fails closed, a rollback still gets out
+    registry.client.set_model_version_tag(registry.name, cnn, lifecycle.ROLLED_BACK, "false")  # so that the rollback must set it
+    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, cnn)
+    damaged = registry.model_path(cnn)
+    damaged.write_bytes(damaged.read_bytes() + b"\0")
+    refused = lifecycle.promote(registry, optimized, split)
+    assert not refused.passed and "IntegrityError: version 2" in str(refused)
+    assert lifecycle.rollback(registry, optimized, split).passed
+    assert registry.version_of(lifecycle.CHAMPION) == optimized and registry.tags(cnn)[lifecycle.ROLLED_BACK] == "true"
+    # a rollback target whose own evidence fails is refused: its file changed, or its accuracy fell below its record
+    assert "sha256" in str(lifecycle.rollback(registry, cnn, split))
+    registry.client.set_model_version_tag(registry.name, old, "accuracy", "0.999")
+    low = lifecycle.rollback(registry, old, split)
+    assert not low.passed and [c.name for c in low.checks if not c.passed] == ["accuracy"]
+    assert registry.version_of(lifecycle.CHAMPION) == optimized
+
+
+def test_a_rolled_back_version_cannot_come_back_quietly(registry, split):
+    cnn, optimized = registry.built["cnn"], registry.built["optimized"]
+    for version in (cnn, optimized):
+        registry.client.delete_model_version_tag(registry.name, version, lifecycle.ROLLED_BACK)
+    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, cnn)
+    registry.client.set_registered_model_alias(registry.name, lifecycle.CHALLENGER, optimized)
+    assert lifecycle.promote(registry, optimized, split).passed
+    assert lifecycle.rollback(registry, cnn, split).passed
+    assert registry.version_of(lifecycle.CHALLENGER) is None  # no canary of the version just rolled back
+    for move in (lifecycle.promote, lifecycle.rollback):
+        report = move(registry, optimized, split)
+        assert not report.passed and [c.name for c in report.checks if not c.passed] == ["history"], str(report)
+        assert "FAIL history: not taken out of production by a rollback" in str(report)
+    assert registry.version_of(lifecycle.CHAMPION) == cnn
+    registry.client.delete_model_version_tag(registry.name, optimized, lifecycle.ROLLED_BACK)  # a person's deliberate act
+    assert lifecycle.gate(registry, optimized, split).passed
+
+
+def test_the_gate_leaves_no_downloaded_copy_behind(registry, split, tmp_path, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, registry.built["cnn"])
+    assert lifecycle.gate(registry, registry.built["cnn"], split).passed
+    assert list(scratch.iterdir()) == []

@@ -60,7 +60,7 @@ def test_no_network_refuses_and_records_a_connection():
 def test_validate_passes_offline_and_sends_nothing(offline):
     lines = azure_ml.validate()
     assert any("a valid ManagedOnlineDeployment" in line for line in lines)
-    assert any("the SDK's scoring-script check passed" in line for line in lines)
+    assert any("the SDK's syntax check of score.py passed" in line for line in lines)
     assert any("classified exactly as onnx_service's model does" in line for line in lines)
     assert any("422 missing_field" in line for line in lines)
 

@@ -127,12 +127,67 @@ def test_q3_rejects_gates_that_fail_open_or_miss_a_rule():
         crashes: "a gate that fails closed answers False",
         catches_one_error: "raised KeyError",
         no_floor: "below the 90% floor",
-        points_not_fractions: "1.5 points below",
-        no_champion_rule: "1.5 points below",
+        points_not_fractions: "1.05 points below",
+        no_champion_rule: "1.05 points below",
         yes_no: "True or False",
     }
     for wrong, reason in cases.items():
         outcome = q3.evaluate(wrong)
         assert outcome.status == "incorrect", wrong.__name__
         assert reason in outcome.message, (wrong.__name__, outcome.message)
+    assert q3.evaluate(q3.reference_answer()).status == "correct"
+
+
+def _gate(floor_ok, drop_ok, errors=(Exception,)):
+    """A may_promote answer built from a floor rule and a drop rule (the review's wrong answers differ in one of them)."""
+
+    def may_promote(read, candidate):
+        try:
+            champion = read()
+        except errors:
+            return False
+        return floor_ok(candidate) and (champion is None or drop_ok(champion, candidate))
+
+    return may_promote
+
+
+def test_q3_rejects_gates_with_a_wrong_boundary_or_rule():
+    from labsupport.exercises.nb13 import q3
+
+    def floor(candidate):
+        return candidate >= 0.9
+
+    def drop(champion, candidate):
+        return candidate >= champion - 0.01
+
+    cases = {
+        "strict drop (c > champion - 0.01)": (_gate(floor, lambda ch, c: c > ch - 0.01), "exactly 1 point"),
+        "strict floor (c > 0.9)": (_gate(lambda c: c > 0.9, drop), "exactly at the 90% floor"),
+        "a 1% relative drop (c >= 0.99 * champion)": (_gate(floor, lambda ch, c: c >= 0.99 * ch), "exactly 1 point"),
+        "a 1.5-point budget (0.0149)": (_gate(floor, lambda ch, c: c >= ch - 0.0149), "1.05 points below"),
+        "floor 0.8995": (_gate(lambda c: c >= 0.8995, drop), "below the 90% floor"),
+        "catches only RuntimeError and KeyError": (_gate(floor, drop, (RuntimeError, KeyError)), "raised OSError"),
+        "catches only the store's errors and OSError": (_gate(floor, drop, (RuntimeError, KeyError, OSError)), "raised ValueError"),
+        "returns 1 and 0": (lambda read, c: int(_gate(floor, drop)(read, c)), "True or False"),
+    }
+    for name, (wrong, reason) in cases.items():
+        outcome = q3.evaluate(wrong)
+        assert outcome.status == "incorrect", name
+        assert reason in outcome.message, (name, outcome.message)
+
+
+def test_q3_accepts_numpy_booleans_and_the_reference():
+    import numpy as np
+
+    from labsupport.exercises.nb13 import q3
+
+    def numpy_gate(read, candidate):  # np.float64 comparisons give np.True_ / np.False_: right by value
+        try:
+            champion = read()
+        except Exception:
+            return np.False_
+        return np.float64(candidate) >= 0.9 and (champion is None or np.float64(candidate) >= champion - 0.01)
+
+    assert isinstance(numpy_gate(lambda: 0.99, 0.5), np.bool_)
+    assert q3.evaluate(numpy_gate).status == "correct", q3.evaluate(numpy_gate).message
     assert q3.evaluate(q3.reference_answer()).status == "correct"
