@@ -310,6 +310,11 @@ def _drive_browser(
     )
 
 
+def chromium_available(executable: str = CHROMIUM) -> bool:
+    """True when ``executable`` (Debian's Chromium, or ``$ONNX_LAB_CHROMIUM``) is a file that can be run (notebook 09)."""
+    return Path(executable).is_file() and os.access(executable, os.X_OK)
+
+
 def browser_classify(
     model_path: str | os.PathLike[str],
     images: Any,
@@ -325,7 +330,7 @@ def browser_classify(
     Introduced in notebook 09.
     """
     flat = _as_images(images)
-    if not Path(executable).is_file():
+    if not chromium_available(executable):
         raise FileNotFoundError(
             f"Chromium not found at {executable}: install Debian's package (`apt-get install chromium`) "
             "or set $ONNX_LAB_CHROMIUM to a Chromium or Chrome executable"
