@@ -310,6 +310,11 @@ def _drive_browser(
     )
 
 
+def chromium_available(executable: str = CHROMIUM) -> bool:
+    """True when ``executable`` (Debian's Chromium, or ``$ONNX_LAB_CHROMIUM``) is a file that can be run (notebook 09)."""
+    return Path(executable).is_file() and os.access(executable, os.X_OK)
+
+
 def browser_classify(
     model_path: str | os.PathLike[str],
     images: Any,
@@ -325,7 +330,7 @@ def browser_classify(
     Introduced in notebook 09.
     """
     flat = _as_images(images)
-    if not Path(executable).is_file():
+    if not chromium_available(executable):
         raise FileNotFoundError(
             f"Chromium not found at {executable}: install Debian's package (`apt-get install chromium`) "
             "or set $ONNX_LAB_CHROMIUM to a Chromium or Chrome executable"
@@ -363,6 +368,7 @@ class OrtConversion:
     ort_path: Path
     config_path: Path
     optimization_style: str
+    warnings: tuple[str, ...] = ()  # the converter's own "WARNING:" lines (Runtime style: how to replay)
 
     @property
     def onnx_bytes(self) -> int:
@@ -388,8 +394,10 @@ def convert_to_ort(
 ) -> OrtConversion:
     """Convert one .onnx file with ``python -m onnxruntime.tools.convert_onnx_models_to_ort`` (notebook 09).
 
-    ``optimization_style`` is "Fixed" (optimizations baked in; for the CPU/XNNPACK) or "Runtime"
-    (for NNAPI/CoreML, which decide at load time which nodes they take). Returns the .ort model
+    ``optimization_style`` is "Fixed" (optimizations baked in as ``com.microsoft`` operators for the CPU
+    provider) or "Runtime" (ONNX operators kept for NNAPI/CoreML/XNNPACK, which decide at load time which
+    nodes they take; the optimizations are recorded and replayed only when the session sets
+    ``session.enable_saved_runtime_optimizations`` to "1"). Returns the .ort model, the converter's warnings
     and the ``required_operators`` config that a reduced-size build takes (``--include_ops_by_config``).
     ``target_platform`` "arm" (phones; the default) or "amd64" picks the platform-specific optimizations.
     Give each conversion its own ``output_dir`` so its files are easy to tell apart. For "Runtime" the
@@ -423,7 +431,8 @@ def convert_to_ort(
     config_path = out / f"{source.stem}.required_operators{infix}.config"
     if done.returncode != 0 or not ort_path.is_file():
         raise RuntimeError(f"convert_onnx_models_to_ort failed (status {done.returncode}): {done.stderr.strip()[-2000:]}")
-    return OrtConversion(source, ort_path, config_path, optimization_style)
+    warnings = tuple(line for line in done.stdout.splitlines() if line.startswith("WARNING:"))
+    return OrtConversion(source, ort_path, config_path, optimization_style, warnings)
 
 
 def operator_config_text(path: str | os.PathLike[str]) -> str:

@@ -58,6 +58,12 @@ def test_runtime_style_keeps_the_original_ops_for_nnapi_and_coreml(model, tmp_pa
     assert [p.name for p in (tmp_path / "out").glob("*.ort")] == ["digits_cnn.with_runtime_opt.ort"]
     models = [line[4:] for line in edge.operator_config_text(runtime.config_path).splitlines() if line.startswith("# - ")]
     assert models == ["digits_cnn.with_runtime_opt.ort", "digits_cnn.ort"]
+    # the converter's own warning: the recorded optimizations are replayed only with a session option
+    assert any("'session.enable_saved_runtime_optimizations' is set to '1'" in line for line in runtime.warnings)
+
+
+def test_a_fixed_conversion_has_no_replay_warning(converted):
+    assert not any("enable_saved_runtime_optimizations" in line for line in converted.warnings)
 
 
 def test_convert_to_ort_rejects_bad_arguments(model, tmp_path):

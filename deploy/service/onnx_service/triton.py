@@ -63,7 +63,11 @@ def _tensor_block(kind: str, specs: list[Any], batched: bool) -> str:
 
 
 def thread_parameters(threads: int) -> str:
-    """The ONNX Runtime backend's thread settings: ``threads`` per operator, one graph branch at a time (as the service)."""
+    """The ONNX Runtime backend's thread settings: ``threads`` per operator (the service's ``THREADS``).
+
+    ``inter_op_thread_count`` is 1 for clarity only: the backend ignores it under its default sequential
+    execution mode, which is what runs one node at a time, as the service does.
+    """
     if threads < 1:
         raise TritonError(f"threads must be >= 1 (unset, the backend would use every core of the host), got {threads}")
     counts = {"intra_op_thread_count": threads, "inter_op_thread_count": 1}
