@@ -108,6 +108,12 @@ def _as_ort_reads_it(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
 def _check_foldable(model) -> str:
     if not isinstance(model, onnx.ModelProto):
         raise Incorrect(f"expected an onnx.ModelProto, got {type(model).__name__}")
+    unshaped = [value.name for value in model.graph.output if not value.type.tensor_type.HasField("shape")]
+    if unshaped:
+        raise Incorrect(
+            f"the graph output(s) {', '.join(unshaped)} have no shape, and onnx.checker requires one: give make_tensor_value_info "
+            "a shape, e.g. ['N', 3] with a named batch dimension"
+        )
     with blame_answer("the checker rejects the model"):
         onnx.checker.check_model(model, full_check=True)
     model, note = _as_ort_reads_it(model)

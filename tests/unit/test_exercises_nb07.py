@@ -231,3 +231,10 @@ def test_q1_rejects_constants_that_are_only_reshaped():
     )
     outcome = q1.evaluate(reshaped)
     assert outcome.status == INCORRECT and "Reshape only changes their shape" in outcome.message, outcome.message
+
+
+def test_q1_says_that_an_output_needs_a_shape():
+    model = _foldable(opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, None))
+    outcome = q1.evaluate(model)
+    assert outcome.status == INCORRECT and "have no shape" in outcome.message, outcome.message
