@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labsupport.course.data import load_digits
+from labsupport.course.data import Split, load_digits
 from labsupport.exercises import Exercise, Incorrect
 from labsupport.models.wide_mlp import INPUT_NAME as MLP_INPUT
 
@@ -58,13 +58,27 @@ def _fed_rows(reader, batch_size: int) -> np.ndarray:
     return np.concatenate([item[MLP_INPUT] for item in batches])
 
 
+DRAWN_BATCH_SIZES = (7, 11, 13)  # none divides 540 or 180
+
+
+def _drawn_case(digits) -> tuple[str, Split, int]:
+    """A split of the training images whose size is a random multiple of a random batch size from DRAWN_BATCH_SIZES."""
+    rng = np.random.default_rng()
+    batch_size = int(rng.choice(DRAWN_BATCH_SIZES))
+    count = batch_size * int(rng.integers(3, 8))
+    rows = rng.choice(len(digits.train), size=count, replace=False)
+    split = Split(digits.train.images[rows], digits.train.labels[rows])
+    return f"{count}-image training", split, batch_size
+
+
 def _check_reader_class(reader_class) -> str:
     is_instance = not isinstance(reader_class, type) and callable(getattr(reader_class, "get_next", None))
     if not callable(reader_class) or is_instance:
         raise Incorrect("answer with the class itself (answer = MlpReader), not an instance: the checker makes several readers")
     digits = load_digits()
-    # 27 divides the 540 test images but not the 180 calibration images: a divisibility test tied to one split fails it
-    cases = [("calibration", digits.calibration, 60), ("test", digits.test, 20), ("test", digits.test, 27)]
+    # 27 divides the 540 test images but not the 180 calibration images; the drawn split has a size and a batch size that
+    # share no divisor with 540 or 180: a divisibility test tied to one split, a global split or a whitelist fails one of them
+    cases = [("calibration", digits.calibration, 60), ("test", digits.test, 20), ("test", digits.test, 27), _drawn_case(digits)]
     for name, split, batch_size in cases:
         try:
             reader = reader_class(split, batch_size)
@@ -78,7 +92,8 @@ def _check_reader_class(reader_class) -> str:
         if len(fed) == len(split) and not _same_rows(fed, split.flat):
             raise Incorrect(
                 f"given the {name} split, the reader fed {len(fed)} rows, as many as the split has, but not its rows: "
-                "feed split.flat's rows unchanged (no rescaling or reordering of the values in a row)"
+                "feed each of split.flat's rows once and unchanged (no row repeated or left out, no rescaling or reordering "
+                "of the values in a row)"
             )
         if not _same_rows(fed, split.flat):
             raise Incorrect(
@@ -148,10 +163,30 @@ def float_compute_nodes(model) -> list[str]:
     return [node.name for node in model.graph.node if node.op_type in COMPUTE_OPS and node.input[1] in floats]
 
 
-def _check_model(model) -> str:
-    """The single node the quantized MLP leaves in FP32, once the file is shown to be the exercise's QDQ model."""
+def _quantized_weights(model) -> list[tuple[int, np.ndarray]]:
+    """(largest |weight - zero point|, scale) for every 8-bit integer weight (INT8 or UINT8) a DequantizeLinear reads.
+
+    With reduce_range=True (7 bits) the largest distance from the zero point is 64, with 8 bits it reaches 127.
+    """
     from onnx import TensorProto, numpy_helper
 
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    integer = {t.name for t in model.graph.initializer if t.data_type in (TensorProto.INT8, TensorProto.UINT8)}
+    weights = []
+    for node in model.graph.node:
+        if node.op_type != "DequantizeLinear" or node.input[0] not in integer or node.input[1] not in constants:
+            continue
+        values = constants[node.input[0]].astype(np.int32)
+        zero = constants[node.input[2]].astype(np.int32) if len(node.input) > 2 and node.input[2] in constants else np.int32(0)
+        if zero.ndim == 1:  # per-channel zero points lie along the node's axis
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 1) % values.ndim
+            zero = zero.reshape([-1 if d == axis else 1 for d in range(values.ndim)])
+        weights.append((int(np.abs(values - zero).max()), constants[node.input[1]]))
+    return weights
+
+
+def _check_model(model) -> str:
+    """The single node the quantized MLP leaves in FP32, once the file is shown to be the exercise's QDQ model."""
     ops = {node.op_type for node in model.graph.node}
     qoperator = sorted(ops & QOPERATOR_OPS)
     if qoperator:
@@ -163,17 +198,10 @@ def _check_model(model) -> str:
         raise Incorrect("the file at dst has no QuantizeLinear/DequantizeLinear nodes: quantize it with quantize_static (QDQ format)")
     if "Gemm" not in ops:
         raise Incorrect("the file has no Gemm layer: quantize the model quantize_mlp is given at src (the pre-processed MLP)")
-    constants = {t.name: t for t in model.graph.initializer}
-    weight_scales = [
-        numpy_helper.to_array(constants[node.input[1]])
-        for node in model.graph.node
-        if node.op_type == "DequantizeLinear" and node.input[0] in constants and constants[node.input[0]].data_type == TensorProto.INT8
-    ]
-    if weight_scales and all(scale.size == 1 for scale in weight_scales):
+    weights = _quantized_weights(model)
+    if weights and all(scale.size == 1 for _, scale in weights):
         raise Incorrect("every weight has a single scale: quantize per channel (per_channel=True), as the exercise asks")
-    dequantized = {node.input[0] for node in model.graph.node if node.op_type == "DequantizeLinear"}
-    weights = [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == TensorProto.INT8 and t.name in dequantized]
-    if weights and max(int(np.abs(w.astype(np.int32)).max()) for w in weights) > 64:
+    if any(distance > 64 for distance, _ in weights):
         raise Incorrect(
             "the weights use 8 bits: quantize with reduce_range=True as the course does (section 6), so the result holds on every CPU"
         )
@@ -235,6 +263,8 @@ def _check_int4_gb(value) -> str:
         )
     if abs(value - truth * 1e9 / 2**30) < 0.05:
         raise Incorrect("that is GiB (2**30 bytes); the question asks for GB (1e9 bytes)")
+    if abs(value / 1e9 - truth) < 0.05:
+        raise Incorrect(f"{value:.4g} looks like bytes; the question asks for GB: divide by 1e9")
     if abs(value - truth) > 0.05:
         raise Incorrect(f"{value:.2f} GB is not it: bits per weight x parameters / 8 gives bytes")
     return f"{truth:.2f} GB: 4.5 bits per weight"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import tempfile
 from pathlib import Path
 
@@ -106,6 +108,12 @@ def _as_ort_reads_it(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
 def _check_foldable(model) -> str:
     if not isinstance(model, onnx.ModelProto):
         raise Incorrect(f"expected an onnx.ModelProto, got {type(model).__name__}")
+    unshaped = [value.name for value in model.graph.output if not value.type.tensor_type.HasField("shape")]
+    if unshaped:
+        raise Incorrect(
+            f"the graph output(s) {', '.join(unshaped)} have no shape, and onnx.checker requires one: give make_tensor_value_info "
+            "a shape, e.g. ['N', 3] with a named batch dimension"
+        )
     with blame_answer("the checker rejects the model"):
         onnx.checker.check_model(model, full_check=True)
     model, note = _as_ort_reads_it(model)
@@ -211,16 +219,51 @@ def _check_removed_ops(removed_ops) -> str:
     return "removed ops counted right on three models you had not seen, at BASIC and EXTENDED"
 
 
+@contextlib.contextmanager
+def _saved_levels():
+    """Yield a dict {saved path: optimization level} of every ORT session created inside the block that saves its graph.
+
+    It reads the SessionOptions each session is created with (whatever API opened it), so the verdict does not depend
+    on what the level did on this CPU.
+    """
+    from onnxruntime.capi import onnxruntime_inference_collection as collection
+
+    levels, create = {}, collection.C.InferenceSession
+
+    def recording(options, *args):
+        if options.optimized_model_filepath:
+            levels[str(Path(options.optimized_model_filepath).resolve())] = options.graph_optimization_level
+        return create(options, *args)
+
+    collection.C.InferenceSession = recording
+    try:
+        yield levels
+    finally:
+        collection.C.InferenceSession = create
+
+
 def _check_offline(optimize_offline) -> str:
+    import onnxruntime as ort
+
     if not callable(optimize_offline):
         raise Incorrect(f"expected a function optimize_offline(source_path, target_path) -> path, got {type(optimize_offline).__name__}")
     model = conv_bn_relu_model(blocks=2, channels=4, size=8)
     with tempfile.TemporaryDirectory() as folder:
         source, target = Path(folder) / "model.onnx", Path(folder) / "optimized.onnx"
         onnx.save(model, source)
-        optimize_offline(source, target)
+        with _saved_levels() as levels:
+            returned = optimize_offline(source, target)
         if not target.is_file():
             raise Incorrect("nothing was written to the target path (hint: SessionOptions.optimized_model_filepath)")
+        level = levels.get(str(target.resolve()))
+        if level is not None and int(level) > int(ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED):
+            raise Incorrect(
+                f"the file was saved at {level.name}: at LAYOUT and ALL, ORT rewrites layouts for this CPU (NCHWc for float "
+                "convolutions, NHWC for quantized ones, even with the NchwcTransformer disabled), so the file is tied to this CPU; "
+                "save at a level below LAYOUT"
+            )
+        if not isinstance(returned, (str, os.PathLike)) or Path(returned) != target:
+            raise Incorrect(f"answer(source_path, target_path) must return target_path, got {returned!r}")
         with blame_answer("the saved file is not a model ONNX can read"):
             counts = op_counts(target)
         hardware_specific = [op for op in counts if op.startswith("com.microsoft.nchwc")]

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
+from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
 
 from labsupport.course.data import load_digits
 from labsupport.exercises import CORRECT, INCORRECT
@@ -75,6 +75,10 @@ def test_q1_the_right_class_passes_and_instances_do_not():
         (reader_class(rejects=lambda count, size: False), "must raise ValueError"),  # lets a ragged last batch through
         (reader_class(rejects=lambda count, size: size != 20), "but 60 divides"),  # only the batch size of the notebook
         (reader_class(rejects=lambda count, size: 180 % size != 0), "but 27 divides"),  # the calibration split's size, hard-coded
+        (reader_class(rejects=lambda count, size: 540 % size != 0), "divides its"),  # the test split's size, hard-coded (review 3)
+        (reader_class(rejects=lambda count, size: len(load_digits().test.flat) % size != 0), "divides its"),  # a global split
+        (reader_class(rejects=lambda count, size: size not in (20, 27, 60)), "divides its"),  # a whitelist of the checker's sizes
+        (reader_class(layout=lambda split: split.flat[np.random.default_rng(0).integers(0, len(split), len(split))]), "no row repeated"),
         (reader_class(layout=lambda split: split.flat / 16), "as many as the split has, but not its rows"),  # rescaled rows
         (reader_class(fixed_batch=20), "every batch must have batch_size=60"),  # ignores its batch_size
         (reader_class(layout=lambda split: split.flat[:-60]), "not each of its images"),  # part of the split
@@ -101,6 +105,7 @@ def quantizer(
     split=None,
     per_channel=True,
     source=None,
+    weight_type=QuantType.QInt8,
 ):
     """A learner's quantize_mlp(src, dst) with one choice made differently from the reference."""
 
@@ -115,6 +120,8 @@ def quantizer(
             calibrate_method=method,
             extra_options={"CalibPercentile": BROKEN_PERCENTILE},
             nodes_to_exclude=list(nodes),
+            activation_type=QuantType.QUInt8 if weight_type == QuantType.QUInt8 else QuantType.QInt8,
+            weight_type=weight_type,
         )
 
     return quantize_mlp
@@ -137,6 +144,11 @@ def test_q2_scenario_loses_accuracy_and_only_one_node_restores_it(tmp_path):
     assert restoring == ["node_matmul/MatMulAddFusion"]
 
 
+def test_q2_accepts_unsigned_7_bit_per_channel_weights():
+    outcome = q2.evaluate(quantizer(weight_type=QuantType.QUInt8))  # U8U8 format, per channel, reduce_range: only the type differs
+    assert outcome.status == CORRECT, outcome.message
+
+
 @pytest.mark.parametrize(
     ("wrong", "reason"),
     [
@@ -149,6 +161,8 @@ def test_q2_scenario_loses_accuracy_and_only_one_node_restores_it(tmp_path):
         (lambda: quantizer(quant_format=QuantFormat.QOperator), "QOperator"),  # right node and 7 bits, wrong format
         (lambda: quantizer(split=load_digits().test), "never the test split"),  # calibrated on the test images
         (lambda: quantizer(per_channel=False), "per_channel=True"),  # one scale per weight tensor
+        (lambda: quantizer(weight_type=QuantType.QUInt8, per_channel=False, reduce_range=False), "per_channel=True"),  # U8U8 (review 3)
+        (lambda: quantizer(weight_type=QuantType.QUInt8, reduce_range=False), "reduce_range=True"),  # U8U8, 8-bit weights
         (lambda: quantizer(nodes=["node_matmul"], source=str(ensure_digits_mlp())), "at src"),  # the raw export, not src
         (lambda: shutil.copy, "no QuantizeLinear"),  # no quantization at all
         (lambda: lambda src, dst: None, "wrote nothing"),
@@ -168,6 +182,7 @@ def test_q3_rejects_common_mistakes():
     assert "16-bit scale" in q3.evaluate(6.5).message  # 4 bits only
     assert "32-bit scale" in q3.evaluate(8.125).message  # FP32 scales, as the course's own INT4 file of an FP32 model
     assert "GiB" in q3.evaluate(13e9 * 4.5 / 8 / 2**30).message
+    assert "looks like bytes" in q3.evaluate(7.3125e9).message
     assert q3.evaluate(26.0).status == INCORRECT  # FP16
     assert q3.evaluate("7.3").status == INCORRECT
     assert q3.evaluate(7.31).status == CORRECT

@@ -1,3 +1,4 @@
+import os
 import tempfile
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from labsupport.course.kernels import ENV_VARIABLE
 from labsupport.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, ____
 from labsupport.exercises.nb07 import q1, q2, q3
 from labsupport.models.contract import IR_VERSION, OPSET
@@ -155,14 +157,26 @@ def test_q3_rejects_non_portable_or_unoptimized_files(wrong, reason):
     assert outcome.status == INCORRECT and reason in outcome.message
 
 
-def test_q3_rejects_a_file_saved_at_all_where_it_holds_layout_ops(tmp_path):
-    source = tmp_path / "model.onnx"
-    onnx.save(conv_bn_relu_model(blocks=2, channels=4, size=8), source)
-    saved = _saver(ort.GraphOptimizationLevel.ORT_ENABLE_ALL)(source, tmp_path / "all.onnx")
-    if not any(op.startswith("com.microsoft.nchwc") for op in op_counts(saved)):
-        pytest.skip("ORT gives this CPU (or this ONNX_LAB_KERNELS variant) no NCHWc layout: a file saved at ALL is portable here")
-    outcome = q3.evaluate(_saver(ort.GraphOptimizationLevel.ORT_ENABLE_ALL))
-    assert outcome.status == INCORRECT and "tied to this CPU" in outcome.message
+@pytest.mark.skipif(os.environ.get(ENV_VARIABLE) == "no-layout", reason="this lane opens every ALL session at EXTENDED")
+@pytest.mark.parametrize("disabled", [[], ["NchwcTransformer"]])
+@pytest.mark.parametrize("level", [ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT, ort.GraphOptimizationLevel.ORT_ENABLE_ALL])
+def test_q3_rejects_a_file_saved_at_layout_or_all_on_every_cpu(level, disabled):
+    def save(source, target):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        options.optimized_model_filepath = str(target)
+        ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled)
+        return target
+
+    outcome = q3.evaluate(save)
+    assert outcome.status == INCORRECT and "tied to this CPU" in outcome.message, outcome.message
+
+
+def test_q3_rejects_an_answer_that_does_not_return_the_target():
+    saver = _saver(ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
+    assert q3.evaluate(saver).status == CORRECT
+    outcome = q3.evaluate(lambda source, target: saver(source, target) and None)
+    assert outcome.status == INCORRECT and "must return target_path" in outcome.message
 
 
 def _foldable(dtype=np.float32, elem_type=TensorProto.FLOAT, **stamps):
@@ -217,3 +231,10 @@ def test_q1_rejects_constants_that_are_only_reshaped():
     )
     outcome = q1.evaluate(reshaped)
     assert outcome.status == INCORRECT and "Reshape only changes their shape" in outcome.message, outcome.message
+
+
+def test_q1_says_that_an_output_needs_a_shape():
+    model = _foldable(opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, None))
+    outcome = q1.evaluate(model)
+    assert outcome.status == INCORRECT and "have no shape" in outcome.message, outcome.message
