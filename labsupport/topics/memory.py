@@ -57,8 +57,11 @@ def weight_bytes(parameters: float, bits: float, *, block_size: int | None = Non
     return _positive("parameters", parameters) * bits_per_weight(bits, block_size=block_size, scale_dtype=scale_dtype) / 8
 
 
-def llm_memory_table(parameters: float = 7e9, block_size: int = 32, scale_dtype: str = "fp16") -> list[dict[str, object]]:
-    """Weight memory of a ``parameters``-parameter model at FP32/FP16/INT8/INT4 (INT4 with ``scale_dtype`` block scales) (notebook 06)."""
+def llm_memory_table(parameters: float, *, block_size: int, scale_dtype: str) -> list[dict[str, object]]:
+    """Weight memory of a ``parameters``-parameter model at FP32/FP16/INT8/INT4 (INT4 with ``scale_dtype`` block scales) (notebook 06).
+
+    ``scale_dtype`` is the MatMul's float type (MatMulNBits keeps its scales in it): "fp16" for an FP16 LLM, "fp32" for an FP32 model.
+    """
     formats = [
         ("FP32", BITS["fp32"], None),
         ("FP16", BITS["fp16"], None),

@@ -51,15 +51,17 @@ def test_weight_bytes_rejects_bad_input(kwargs, message):
 
 
 def test_llm_memory_table_for_a_7b_model():
-    rows = llm_memory_table(7e9)
+    rows = llm_memory_table(7e9, block_size=32, scale_dtype="fp16")
     assert [r["format"] for r in rows] == ["FP32", "FP16", "INT8 (per-channel)", "INT4 (block 32, FP16 scales)"]
     assert [r["GB (1e9 bytes)"] for r in rows] == [28.0, 14.0, 7.0, 3.9]
     assert [r["GiB"] for r in rows] == [26.1, 13.0, 6.5, 3.7]
     assert [r["bits / weight"] for r in rows] == [32, 16, 8, 4.5]
     assert [r["vs FP32"] for r in rows] == [1.0, 0.5, 0.25, 0.141]
-    assert llm_memory_table(7e9, block_size=128)[-1]["bits / weight"] == 4.12
-    fp32_scales = llm_memory_table(7e9, scale_dtype="fp32")[-1]
+    assert llm_memory_table(7e9, block_size=128, scale_dtype="fp16")[-1]["bits / weight"] == 4.12
+    fp32_scales = llm_memory_table(7e9, block_size=32, scale_dtype="fp32")[-1]
     assert fp32_scales["format"] == "INT4 (block 32, FP32 scales)" and fp32_scales["bits / weight"] == 5.0
+    with pytest.raises(TypeError, match="scale_dtype"):
+        llm_memory_table(7e9, block_size=32)  # no default scale type: FP16 for FP16 models, FP32 for FP32 ones
 
 
 def test_kv_cache_bytes_per_token():
