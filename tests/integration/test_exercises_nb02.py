@@ -132,6 +132,16 @@ def test_q2_rejects_a_mean_over_the_first_images(count):
     assert outcome.status == INCORRECT and "check the condition" in outcome.message, outcome.message
 
 
+class _BrightestPixel(nn.Module):
+    def forward(self, image):
+        return torch.where(image.max() > 0.3, image * 0.5, image)
+
+
+def test_q2_rejects_a_condition_on_the_brightest_pixel():
+    outcome = nb02.q2.evaluate(_BrightestPixel())
+    assert outcome.status == INCORRECT and "check the condition" in outcome.message, outcome.message
+
+
 class _Mask(nn.Module):
     def forward(self, image):
         return image * (1 - 0.5 * (image.mean() > 0.3).float())
