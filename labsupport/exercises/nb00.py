@@ -27,12 +27,17 @@ def _check_scaled(raw: np.ndarray, result: object) -> None:
     if out.shape != raw.shape:
         raise Incorrect(f"the output shape must equal the input's {raw.shape}, got {out.shape}")
     if not np.allclose(out, raw / PIXEL_MAX):
-        shown = f"scale({raw[:1].tolist()}) gave {out[0].tolist()}, expected {(raw[0] / PIXEL_MAX).tolist()}"
-        if raw.max() < PIXEL_MAX:
-            shown += f"; divide by the fixed maximum {PIXEL_MAX}, not by this image's own maximum or range"
-        raise Incorrect(f"pixels 0..{PIXEL_MAX} must map to 0..1: {shown}")
+        row = next(i for i in range(len(raw)) if not np.allclose(out[i], raw[i] / PIXEL_MAX))
+        shown = f"for the row {raw[row].tolist()} it gave {_rounded(out[row])}, expected {_rounded(raw[row] / PIXEL_MAX)}"
+        if raw[row].max() < PIXEL_MAX:
+            shown += f"; divide by the fixed maximum {PIXEL_MAX:g}, not by this image's (or row's) own maximum or range"
+        raise Incorrect(f"pixels 0..{PIXEL_MAX:g} must map to 0..1: {shown}")
     if out.dtype != np.float32:
         raise Incorrect(f"the output must be float32 (what ONNX models take), got {out.dtype}")
+
+
+def _rounded(values: np.ndarray) -> list[float]:
+    return [round(float(v), 4) for v in values]
 
 
 COUNTED_DIGIT = 8  # the one digit whose test count no other digit shares

@@ -7,6 +7,7 @@ The checkers run the learner's model with ONNX Runtime and compare it with numpy
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from itertools import pairwise
 
@@ -96,9 +97,21 @@ def _runtime_session(model: onnx.ModelProto):
     try:
         return onnx_session(model)
     except Incorrect as error:
-        if "IR version" in str(error) or "Opset" in str(error):
-            raise Incorrect(f"{error}. make_model stamps the newest IR version and opset this onnx knows: {VERSION_FIX}") from None
+        if reason := _version_refusal(str(error)):
+            raise Incorrect(
+                f"ONNX Runtime cannot load the model: {reason} make_model stamps the newest IR version and opset "
+                f"this onnx knows: {VERSION_FIX}"
+            ) from None
         raise
+
+
+_VERSION_REFUSALS = re.compile(r"Unsupported model IR version: \d+, max supported IR version: \d+|Opset \d+ is under development[^.]*")
+
+
+def _version_refusal(message: str) -> str | None:
+    """The one sentence of ONNX Runtime's refusal that names the IR version or opset it does not load, else None."""
+    found = _VERSION_REFUSALS.search(message)
+    return f"{found.group()}." if found else None
 
 
 def _single_input(model: onnx.ModelProto, name: str, features: int) -> None:
@@ -118,6 +131,15 @@ def _single_input(model: onnx.ModelProto, name: str, features: int) -> None:
         raise Incorrect(f"the second dimension of {name!r} must be {features}")
 
 
+def _expect_initializer(model: onnx.ModelProto, weight: np.ndarray) -> None:
+    """``Incorrect`` unless an initializer holds ``weight`` unchanged (softmax hides a constant added to every column of W)."""
+    if not any(np.array_equal(numpy_helper.to_array(t), weight) for t in model.graph.initializer):
+        raise Incorrect(
+            f"no initializer holds Q1_WEIGHT unchanged (shape {weight.shape}): the probabilities can still agree, since "
+            "softmax ignores a constant added to every logit of a row; store exactly the given W"
+        )
+
+
 def _check_q1(answer: object) -> str:
     model = _as_model(answer, "the softmax(x @ W) model")
     _full_check(model)
@@ -135,6 +157,7 @@ def _check_q1(answer: object) -> str:
             raise Incorrect("the output equals x @ W: the Softmax node is missing")
         if not np.allclose(probs, softmax(x @ Q1_WEIGHT), atol=1e-5):
             raise Incorrect("the output is not softmax(x @ Q1_WEIGHT) over the last axis (check W and the Softmax axis)")
+    _expect_initializer(model, Q1_WEIGHT)
     return "softmax(x @ W) with a dynamic batch: checker, ONNX Runtime and numpy agree"
 
 

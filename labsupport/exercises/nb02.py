@@ -80,18 +80,29 @@ def _check_dynamic_export(answer) -> str:
         except ParityError:
             raise Incorrect(
                 f"at batch {batch} its logits differ from exercise_mlp() in eval mode; "
-                "export exactly that model (eval mode) with its trained weights"
+                "export exactly that model (eval mode) with the weights exercise_mlp() gives it"
             ) from None
     return f"runs at batch sizes {', '.join(map(str, CHECK_BATCH_SIZES))} and matches PyTorch"
 
 
 def _exercise2_inputs() -> list[np.ndarray]:
-    """Batches on both sides of the threshold: far from it, and rescaled to a mean just above and just below it."""
+    """Batches on both sides of the threshold: far from it, and rescaled to a mean just above and just below it.
+
+    The near batches put their first images on the other side of the threshold from the batch mean
+    (darkest first in the bright one, brightest first in the dark one), so a mean over the first few
+    images takes the other branch.
+    """
     images = load_digits().test.images
     dark = images[:16] * 0.5  # mean well below the threshold
     bright = np.clip(images[:16] * 3.0, 0.0, 1.0)  # mean well above it
-    just_above, just_below = (images[16:32] * np.float32(mean / images[16:32].mean()) for mean in (0.31, 0.29))
+    near = images[16:32][np.argsort(images[16:32].mean(axis=(1, 2, 3)))]  # darkest first
+    just_above = near * np.float32(0.301 / near.mean())
+    just_below = near[::-1] * np.float32(0.299 / near.mean())
     return [dark, bright, images[16:21], just_above, just_below]
+
+
+# constant batches at the two ends of the pixel range: any threshold in between sends them down different branches
+_EXTREME_BATCHES = (np.full((2, 1, 8, 8), 0.01, np.float32), np.ones((2, 1, 8, 8), np.float32))
 
 
 def _branch_taken(feed: np.ndarray, got: np.ndarray) -> str | None:
@@ -102,8 +113,11 @@ def _branch_taken(feed: np.ndarray, got: np.ndarray) -> str | None:
     return None
 
 
-def _expect_branches(feeds: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-    """``Incorrect`` unless every output took ScaleIfBright's branch; says whether a branch was lost or the condition is wrong."""
+def _expect_branches(feeds: list[np.ndarray], outputs: list[np.ndarray], extremes: list[str | None]) -> None:
+    """``Incorrect`` unless every output took ScaleIfBright's branch; says whether a branch was lost or the condition is wrong.
+
+    ``extremes`` are the branches taken by ``_EXTREME_BATCHES``: if they differ, the export kept both branches.
+    """
     taken = [_branch_taken(feed, got) for feed, got in zip(feeds, outputs, strict=True)]
     for feed, branch in zip(feeds, taken, strict=True):
         mean = float(feed.mean())
@@ -113,14 +127,14 @@ def _expect_branches(feeds: list[np.ndarray], outputs: list[np.ndarray]) -> None
         side = "above" if mean > BRIGHT_THRESHOLD else "below"
         if branch is None:
             raise Incorrect(f"for a batch whose mean is {side} {BRIGHT_THRESHOLD} the output is neither image * 0.5 nor image")
-        if set(taken) == {branch}:
+        if set(taken) == {branch} and len(set(extremes)) == 1:
             raise Incorrect(
-                f"for a batch whose mean is {side} {BRIGHT_THRESHOLD} the exported model does not match ScaleIfBright; "
+                f"the exported model takes the {branch!r} branch for every batch, even for all-0.01 and all-1.0 pixels: "
                 "both branches must survive the export"
             )
         raise Incorrect(
-            f"for a batch whose mean is {mean:.2f} ({side} {BRIGHT_THRESHOLD}) the other branch ran: "
-            f"check the condition and the threshold (halve when image.mean() > {BRIGHT_THRESHOLD})"
+            f"for a batch whose mean is {mean:.4f} ({side} {BRIGHT_THRESHOLD}) the {branch!r} branch ran: both branches are "
+            f"in the export, so check the condition and the threshold (halve when image.mean() > {BRIGHT_THRESHOLD})"
         )
 
 
@@ -145,8 +159,9 @@ def _check_exportable(answer) -> str:
     session = onnx_session(program.model_proto)
     feeds = _exercise2_inputs()
     with blame_answer("running the exported model failed"):
-        outputs = [session.run(None, {session.get_inputs()[0].name: feed})[0] for feed in feeds]
-    _expect_branches(feeds, outputs)
+        outputs = [session.run(None, {session.get_inputs()[0].name: feed})[0] for feed in (*feeds, *_EXTREME_BATCHES)]
+    extremes = [_branch_taken(feed, got) for feed, got in zip(_EXTREME_BATCHES, outputs[len(feeds) :], strict=True)]
+    _expect_branches(feeds, outputs[: len(feeds)], extremes)
     return "exports with torch.onnx.export and both branches match ScaleIfBright"
 
 

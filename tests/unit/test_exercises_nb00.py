@@ -26,12 +26,16 @@ def test_q1_accepts_division_by_sixteen(right):
     [
         lambda p: (np.asarray(p) / np.asarray(p).max()).astype(np.float32),
         lambda p: ((np.asarray(p) - np.min(p)) / (np.max(p) - np.min(p))).astype(np.float32),
+        lambda p: (np.asarray(p) / np.maximum(np.asarray(p).max(axis=-1, keepdims=True), 1)).astype(np.float32),
     ],
-    ids=["own maximum", "min-max"],
+    ids=["own maximum", "min-max", "per-row maximum"],
 )
 def test_q1_rejects_rescaling_by_the_image_itself(rescale):
     outcome = nb00.q1.evaluate(rescale)
-    assert outcome.status == INCORRECT and "fixed maximum 16" in outcome.message
+    assert outcome.status == INCORRECT and "fixed maximum 16," in outcome.message, outcome.message
+    assert "16.0" not in outcome.message
+    gave, expected = outcome.message.split(" it gave ")[1].split(", expected ")
+    assert gave != expected.split(";")[0], outcome.message  # the row shown is one that differs
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,8 @@ def test_q1_names_the_fix_when_make_model_stamps_versions_ort_refuses(versions):
     assert outcome.status == INCORRECT and f"pass ir_version={IR_VERSION}" in outcome.message, outcome.message
     assert "onnxruntime_src" not in outcome.message and ".cc:" not in outcome.message
     assert "IR version" in outcome.message or "Opset" in outcome.message
+    refusal = outcome.message.split("ONNX Runtime cannot load the model: ")[1].split(" make_model stamps")[0]
+    assert refusal.endswith(".") and refusal.count(".") == 1, refusal  # one whole sentence, not cut mid-word
 
 
 @pytest.mark.parametrize(
@@ -61,9 +63,21 @@ def test_q1_names_the_fix_when_make_model_stamps_versions_ort_refuses(versions):
         (lambda: _q1_model(axis=0), "not softmax"),
         (lambda: _q1_model(weight=Q1_WEIGHT * 1.01), "not softmax"),
         (lambda: _q1_model(weight=Q1_WEIGHT.T.copy().reshape(6, 4)), "not softmax"),
+        (lambda: _q1_model(weight=Q1_WEIGHT + 0.5), "no initializer holds Q1_WEIGHT"),
+        (lambda: _q1_model(weight=Q1_WEIGHT - 2.0), "no initializer holds Q1_WEIGHT"),
         (lambda: "model.onnx", "expected the softmax"),
     ],
-    ids=["no-softmax", "fixed-batch", "wrong-weights", "wrong-axis", "weights-scaled", "weights-reshaped", "not-a-model"],
+    ids=[
+        "no-softmax",
+        "fixed-batch",
+        "wrong-weights",
+        "wrong-axis",
+        "weights-scaled",
+        "weights-reshaped",
+        "weights-shifted-up",  # softmax cancels the shift: same probabilities
+        "weights-shifted-down",
+        "not-a-model",
+    ],
 )
 def test_q1_wrong_answers(wrong, reason):
     outcome = q1.evaluate(wrong())
