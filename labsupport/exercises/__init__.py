@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import linecache
 import os
 import pkgutil
 import sysconfig
@@ -282,7 +283,10 @@ class Exercise:
     def reference_answer(self) -> Any:
         """Execute the reference solution in a fresh namespace and return its ``answer``."""
         namespace: dict[str, Any] = {}
-        exec(compile(self._shown_solution(), f"<solution to exercise {self.number}>", "exec"), namespace)
+        source, filename = self._shown_solution(), f"<solution to exercise {self.number}>"
+        # in the line cache, its functions have a source: TensorFlow's AutoGraph converts them without a warning
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        exec(compile(source, filename, "exec"), namespace)
         if "answer" not in namespace:
             raise RuntimeError(f"the solution of exercise {self.number} does not assign `answer`")
         return namespace["answer"]

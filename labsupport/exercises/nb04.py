@@ -108,10 +108,12 @@ q1 = Exercise(
         from skl2onnx import to_onnx
         from labsupport.course.data import load_digits
         from labsupport.exercises.nb04 import exercise_pipeline
+        from labsupport.models.digits_sklearn import tidy_opset_imports
 
         pipeline = exercise_pipeline()
         sample = load_digits().train.flat[:1]  # float32, so the ONNX input is float32 (N, 64)
         answer = to_onnx(pipeline, sample, options={"zipmap": False}, target_opset={"": 18, "ai.onnx.ml": 3})
+        tidy_opset_imports(answer)  # optional, as in section 1: the opset imports sorted, ai.onnx once
     """,
 )
 
@@ -127,7 +129,7 @@ q2 = Exercise(
     solution_code="""
         from skl2onnx import to_onnx
         from labsupport.exercises.nb04 import exercise_table
-        from labsupport.models.digits_sklearn import initial_types
+        from labsupport.models.digits_sklearn import initial_types, tidy_opset_imports
 
         frame, churned, table_pipeline = exercise_table()
         answer = to_onnx(
@@ -136,6 +138,7 @@ q2 = Exercise(
             options={"zipmap": False},
             target_opset={"": 18, "ai.onnx.ml": 3},
         )
+        tidy_opset_imports(answer)  # optional, as in section 1: the opset imports sorted, ai.onnx once
     """,
 )
 

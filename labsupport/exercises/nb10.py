@@ -63,8 +63,13 @@ def _check_function(function) -> str:
         raise Incorrect(f"SquaredRelu takes one input and gives one output, got {len(function.input)} and {len(function.output)}")
     if any(node.domain not in ("", "ai.onnx") for node in function.node):
         raise Incorrect("the body must use standard ONNX ops only (no custom domain inside)")
-    if not any(opset.domain in ("", "ai.onnx") for opset in function.opset_import):
+    standard = {opset.domain for opset in function.opset_import} & {"", "ai.onnx"}
+    if not standard:
         raise Incorrect(f"the function imports no standard opset: give it opset_imports=[helper.make_opsetid('', {OPSET})]")
+    if standard == {"ai.onnx"}:
+        raise Incorrect(
+            f"import the standard opset as domain '' (helper.make_opsetid('', {OPSET})): ONNX's checker rejects 'ai.onnx' there"
+        )
     model = _single_node_model(DOMAIN_FUNCTIONS, [function])
     with blame_answer("a model using your function fails the checker"):
         onnx.checker.check_model(model, full_check=True)

@@ -77,7 +77,8 @@ def test_repo2docker_builds_binder_with_conda_then_pip_then_post_build(dockerfil
     assert re.search(r"^ENV PATH=\$\{NB_PYTHON_PREFIX\}/bin:", dockerfile, re.M)
     post = (ROOT / "binder" / "postBuild").read_text(encoding="utf-8")
     assert post.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in post
-    assert "pip install --no-deps --no-build-isolation -e . -e deploy/service -e deploy/web" in post
+    install = post.index("pip install --no-deps --no-build-isolation -e . -e deploy/service -e deploy/web")
+    assert install < post.index("python -m labsupport.maintain.ort_headers"), "notebook 10's headers, once labsupport is installed"
 
 
 @dataclass(frozen=True)

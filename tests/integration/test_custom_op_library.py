@@ -5,6 +5,11 @@ The headers come from ``python -m labsupport.maintain.ort_headers`` (``make test
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -64,3 +69,18 @@ def test_compile_error_is_reported_with_the_compiler_message(library, tmp_path):
     broken.write_text("int main( {\n")
     with pytest.raises(RuntimeError, match=r"compiling broken\.cc failed"):
         custom_ops.build_custom_op_library(broken, tmp_path / "broken.so")
+
+
+def test_library_built_with_newer_headers_fails_registration_with_an_error_not_a_crash(library, tmp_path):
+    # Ort::InitApi(NULL) would segfault: the library must turn GetApi's NULL into a status (run in a child process)
+    headers = tmp_path / "include"
+    shutil.copytree(custom_ops.find_ort_headers(), headers)
+    c_api = headers / "onnxruntime_c_api.h"
+    newer = custom_ops.runtime_api_version() + 1
+    c_api.write_text(re.sub(r"(?m)^#define ORT_API_VERSION \d+$", f"#define ORT_API_VERSION {newer}", c_api.read_text()))
+    built = tmp_path / "libnewer.so"
+    subprocess.run(custom_ops.compile_command(SOURCE, built, headers), check=True, capture_output=True)
+    register = f"import onnxruntime as ort; ort.SessionOptions().register_custom_ops_library({str(built)!r})"
+    done = subprocess.run([sys.executable, "-c", register], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, f"exit code {done.returncode}: {done.stderr[-500:]}"
+    assert f"C API version {newer}, newer than this runtime" in done.stderr

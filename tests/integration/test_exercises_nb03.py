@@ -90,13 +90,29 @@ def test_q2_accepts_the_dict_of_probabilities_and_label_that_the_notebook_shows(
 
 
 @pytest.mark.parametrize(
+    "outputs",
+    [
+        lambda logits: {"probabilities": tf.nn.softmax(logits), "logits": logits},
+        lambda logits: {"a": tf.nn.softmax(logits), "b": logits},
+    ],
+    ids=["probabilities-and-logits", "unnamed-probabilities-and-logits"],
+)
+def test_q2_accepts_probabilities_beside_another_batch_by_10_output(outputs):
+    # the exercise says other outputs are fine: the checker compares every (batch, 10) candidate
+    outcome = q2.evaluate(_dict_function(outputs))
+    assert outcome.status == CORRECT and "matches TensorFlow" in outcome.message
+
+
+@pytest.mark.parametrize(
     ("outputs", "reason"),
     [
         (lambda logits: {"logits": logits, "label": tf.argmax(logits, axis=-1)}, "differ from TensorFlow"),
-        (lambda logits: {"a": tf.nn.softmax(logits), "b": logits}, "one output of shape (batch, 10)"),
+        (lambda logits: {"probabilities": logits, "logits": logits}, "no (batch, 10) output matches"),
+        (lambda logits: {"a": tf.nn.softmax(logits / 2), "b": logits}, "no (batch, 10) output matches"),
+        (lambda logits: {"label": tf.argmax(logits, axis=-1)}, "differ"),
         (lambda logits: {"probabilities": tf.nn.softmax(logits, axis=0), "label": tf.argmax(logits, axis=-1)}, "differ"),
     ],
-    ids=["logits-and-label", "two-candidates", "softmax-over-the-batch"],
+    ids=["logits-and-label", "logits-twice", "tempered-softmax-and-logits", "label-only", "softmax-over-the-batch"],
 )
 def test_q2_rejects_wrong_dict_outputs(outputs, reason):
     outcome = q2.evaluate(_dict_function(outputs))

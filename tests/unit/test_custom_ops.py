@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import onnxruntime
 import pytest
 
 from labsupport.topics import custom_ops
@@ -35,3 +36,34 @@ def test_no_compiler_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(custom_ops.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):
         custom_ops.compile_command(Path("op.cc"), Path("libop.so"), Path("inc"))
+
+
+def _headers_of_api_version(folder: Path, version: int) -> Path:
+    (folder / "onnxruntime_c_api.h").write_text(f"#pragma once\n#define ORT_API_VERSION {version}\n")
+    return folder
+
+
+def test_header_api_version_reads_the_define(tmp_path):
+    assert custom_ops.header_api_version(_headers_of_api_version(tmp_path, 21)) == 21
+
+
+def test_runtime_api_version_is_the_minor_version_of_onnxruntime(monkeypatch):
+    monkeypatch.setattr(onnxruntime, "__version__", "1.31.1")
+    assert custom_ops.runtime_api_version() == 31
+
+
+def test_build_blocker_names_the_fetch_for_missing_headers():
+    assert "make ort-headers" in custom_ops.build_blocker(None)
+
+
+def test_build_blocker_refuses_headers_newer_than_the_runtime(tmp_path, monkeypatch):
+    monkeypatch.setattr(custom_ops.shutil, "which", lambda name: f"/usr/bin/{name}")
+    newer = _headers_of_api_version(tmp_path, custom_ops.runtime_api_version() + 1)
+    assert "newer than this ONNX Runtime" in custom_ops.build_blocker(newer)
+    same = _headers_of_api_version(tmp_path, custom_ops.runtime_api_version())
+    assert custom_ops.build_blocker(same) is None
+
+
+def test_build_blocker_names_a_missing_compiler(tmp_path, monkeypatch):
+    monkeypatch.setattr(custom_ops.shutil, "which", lambda name: None)
+    assert "no C++ compiler" in custom_ops.build_blocker(_headers_of_api_version(tmp_path, 21))

@@ -164,6 +164,12 @@ def test_hint_solution_and_reference(capsys):
         broken.reference_answer()
 
 
+def test_functions_of_a_reference_solution_have_a_source():
+    # TensorFlow's AutoGraph reads a tf.function's source; without it, it warns (nb03 q2's reference answer did)
+    exercise = Exercise(7, "source", _positive, hint="", solution_code="def twice(x):\n    return 2 * x\n\nanswer = twice")
+    assert inspect.getsource(exercise.reference_answer()) == "def twice(x):\n    return 2 * x\n"
+
+
 def test_blame_answer_turns_any_error_into_incorrect_and_keeps_incorrect():
     with pytest.raises(Incorrect, match=r"^running your model failed: boom: on one line$"), blame_answer("running your model failed"):
         raise ValueError("boom:\n  on one line\n==> Context: onnx's appendix")

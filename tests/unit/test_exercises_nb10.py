@@ -72,6 +72,8 @@ def test_q2_rejects_a_clipped_body_and_names_the_missing_pieces():
     relu_square = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "r"], ["y"])]
     no_opsets = helper.make_function("course.fn", "SquaredRelu", ["x"], ["y"], relu_square, opset_imports=[])
     assert "make_opsetid" in q2.evaluate(no_opsets).message
+    spelt_ai_onnx = helper.make_function("course.fn", "SquaredRelu", ["x"], ["y"], relu_square, [helper.make_opsetid("ai.onnx", OPSET)])
+    assert "as domain ''" in q2.evaluate(spelt_ai_onnx).message
 
 
 def test_q2_names_to_function_proto_for_an_onnxscript_function():
