@@ -66,4 +66,9 @@ def test_build_blocker_refuses_headers_newer_than_the_runtime(tmp_path, monkeypa
 
 def test_build_blocker_names_a_missing_compiler(tmp_path, monkeypatch):
     monkeypatch.setattr(custom_ops.shutil, "which", lambda name: None)
-    assert "no C++ compiler" in custom_ops.build_blocker(_headers_of_api_version(tmp_path, 21))
+    assert "no g++ on PATH" in custom_ops.build_blocker(_headers_of_api_version(tmp_path, 21))
+
+
+def test_build_blocker_wants_g_plus_plus_which_notebook_10_calls(tmp_path, monkeypatch):
+    monkeypatch.setattr(custom_ops.shutil, "which", lambda name: "/usr/bin/c++" if name == "c++" else None)
+    assert "no g++ on PATH" in custom_ops.build_blocker(tmp_path)
