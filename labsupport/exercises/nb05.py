@@ -12,6 +12,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from labsupport.exercises import Exercise, Incorrect, NotAttempted
+from labsupport.exercises.checks import error_summary
 from labsupport.onnxutil.sessions import CPU, DISABLE_CPU_FALLBACK, open_session
 
 AZURE = "AzureExecutionProvider"
@@ -67,25 +68,63 @@ def _check_used_provider_quietly(used_provider) -> str:
         truth = open_session(model, providers=providers).get_providers()[0]
         with _count_provider_queries() as queries:
             got = used_provider(model, list(providers))
-        if not isinstance(got, str):
-            raise Incorrect(f"return the provider's name as a string (like 'CPUExecutionProvider'), got {type(got).__name__}")
-        if got not in ort.get_available_providers():
-            raise Incorrect(
-                f"for {providers} you returned {got}: it was requested, but it is not available here, "
-                "so the session cannot run on it; the list is only a wish, ask the session"
-            )
+        _require_name(got)
         if got != truth:
-            raise Incorrect(f"for the priority list {providers} the session's primary provider is {truth}, you returned {got}")
+            why = (
+                "it was requested, but it is not available here, so the session cannot run on it"
+                if got not in ort.get_available_providers()
+                else ""
+            )
+            raise Incorrect(
+                f"for the priority list {providers} the session's primary provider is {truth}, you returned {got}"
+                + (f": {why}; the list is only a wish, ask the session" if why else "")
+            )
         if not queries:
             raise Incorrect(
-                f"for {providers} you returned {got} without asking a session which providers it got "
-                "(session.get_providers()): filtering the wish list by get_available_providers() agrees here only "
-                "because every available provider starts on this machine; a provider that is built in but cannot "
-                "start (CUDA without its libraries) passes that filter and the session still runs on the CPU"
+                f"for {providers} you returned {got} without calling get_providers() on a session: "
+                "open a session with the list and ask it (session.get_providers()); the list is only a wish"
             )
         truths.append(f"{_provider_name(providers[0])} first -> {truth}")
+    truths.append(_check_listed_but_not_started(used_provider, model))
     _require_a_session(used_provider)
     return "you asked the session, not the list: " + "; ".join(truths)
+
+
+def _require_name(got) -> None:
+    if not isinstance(got, str):
+        raise Incorrect(f"return the provider's name as a string (like 'CPUExecutionProvider'), got {type(got).__name__}")
+
+
+def _check_listed_but_not_started(used_provider, model: str) -> str:
+    """The silent fallback of a GPU build without its libraries: the provider is listed, the session runs on the CPU.
+
+    ``ort.get_available_providers()`` is made to list the unavailable provider while the learner's function
+    runs (onnxruntime-gpu lists CUDA whether or not its libraries load); the session itself is real.
+    """
+    missing = _unavailable_provider()
+    providers = [missing, CPU]
+    truth = open_session(model, providers=providers).get_providers()[0]
+    with _listed_as_available(missing):
+        got = used_provider(model, list(providers))
+    _require_name(got)
+    if got != truth:
+        raise Incorrect(
+            f"when get_available_providers() lists {missing} (as a GPU build does on a machine without its "
+            f"libraries) the session for {providers} still runs on {truth}, you returned {got}: the package's "
+            "list is not the session's; ask the session (session.get_providers())"
+        )
+    return f"{missing} listed but not started -> {truth}"
+
+
+@contextmanager
+def _listed_as_available(name: str):
+    """While the block runs, ort.get_available_providers() also lists ``name`` (sessions still use the real list)."""
+    original = ort.get_available_providers
+    ort.get_available_providers = lambda: [name, *original()]
+    try:
+        yield
+    finally:
+        ort.get_available_providers = original
 
 
 @contextmanager
@@ -150,45 +189,64 @@ def _shuffled(kernels: list[tuple[str, str, int]], seed: int) -> list[tuple[str,
     return order
 
 
-# (node, op type, microseconds) per run. Over all runs Conv has the largest *total*, MatMul the longest
-# single call, Relu the most calls, Reshape the smallest total; the first run ranks Transpose first (a cold
-# first run, as in real profiles); the first and the last kernel event are Add (A), Relu and Softmax (B).
+# (node, op type, microseconds) per run. Over all runs Conv has the largest *total*. Every shortcut picks
+# another op: the first run alone (a cold run) and the longest single call times the number of calls pick
+# Transpose; the last run alone (a dict keyed by node keeps only each node's last duration), every run but
+# the first, the largest per-node total and the mean or median call pick MatMul; Relu has the most calls,
+# Reshape the smallest total. The first and the last kernel event are Add (A), Relu and Softmax (B).
 # Session events are far longer than any kernel.
-_FIRST_RUN_A = [
-    ("conv_1", "Conv", 20),
-    ("relu_1", "Relu", 9),
-    ("conv_2", "Conv", 20),
-    ("relu_2", "Relu", 8),
-    ("relu_3", "Relu", 7),
-    ("matmul", "MatMul", 90),
-    ("add", "Add", 4),
-    ("transpose", "Transpose", 95),
-    ("reshape", "Reshape", 1),
+_NODES_A = [
+    ("conv_1", "Conv"),
+    ("relu_1", "Relu"),
+    ("conv_2", "Conv"),
+    ("relu_2", "Relu"),
+    ("relu_3", "Relu"),
+    ("matmul", "MatMul"),
+    ("add", "Add"),
+    ("transpose", "Transpose"),
+    ("reshape", "Reshape"),
 ]
-_LATER_RUN_A = [
-    ("conv_1", "Conv", 80),
-    ("relu_1", "Relu", 9),
-    ("conv_2", "Conv", 75),
-    ("relu_2", "Relu", 8),
-    ("relu_3", "Relu", 7),
-    ("matmul", "MatMul", 100),
-    ("add", "Add", 4),
-    ("transpose", "Transpose", 5),
-    ("reshape", "Reshape", 1),
-]
-_TRACE_A = [*_shuffled(_FIRST_RUN_A, seed=12), *_shuffled(_LATER_RUN_A, seed=5), *_shuffled(_LATER_RUN_A, seed=0)]
-_RUN_B = [("gemm", "Gemm", 300), ("relu", "Relu", 30), ("relu_b", "Relu", 30), ("relu_c", "Relu", 30), ("softmax", "Softmax", 120)]
-_TRACE_B = [*_shuffled([("gemm", "Gemm", 100), *_RUN_B[1:]], seed=37), *_shuffled(_RUN_B, seed=37)]
 
 
-def _totals(kernels: list[tuple[str, str, int]], first_run_only: bool = False) -> dict[str, int]:
-    """Kernel time per op type (over every run, or counting each node once: the first run)."""
-    totals: dict[str, int] = {}
-    seen: set[str] = set()
+def _run(nodes: list[tuple[str, str]], durations: list[int]) -> list[tuple[str, str, int]]:
+    return [(node, op, dur) for (node, op), dur in zip(nodes, durations, strict=True)]
+
+
+_TRACE_A = [
+    *_shuffled(_run(_NODES_A, [60, 9, 60, 8, 7, 30, 4, 150, 1]), seed=12),
+    *_shuffled(_run(_NODES_A, [20, 9, 20, 8, 7, 70, 4, 5, 1]), seed=5),
+    *_shuffled(_run(_NODES_A, [20, 9, 20, 8, 7, 80, 4, 5, 1]), seed=0),
+]
+_NODES_B = [("gemm", "Gemm"), ("relu", "Relu"), ("relu_b", "Relu"), ("relu_c", "Relu"), ("softmax", "Softmax")]
+_TRACE_B = [*_shuffled(_run(_NODES_B, [300, 30, 30, 30, 40]), seed=37), *_shuffled(_run(_NODES_B, [100, 30, 30, 30, 150]), seed=37)]
+
+
+def _shortcuts(kernels: list[tuple[str, str, int]]) -> dict[str, str]:
+    """What each typical wrong computation answers for one trace: {description of the computation: op type}."""
+    calls: dict[str, list[int]] = {}
+    per_node: dict[str, tuple[str, int]] = {}
+    last_per_node: dict[str, tuple[str, int]] = {}
+    runs: list[list[tuple[str, str, int]]] = []
     for node, op, dur in kernels:
-        if first_run_only and node in seen:
-            continue
-        seen.add(node)
+        calls.setdefault(op, []).append(dur)
+        per_node[node] = (op, per_node.get(node, (op, 0))[1] + dur)
+        last_per_node[node] = (op, dur)
+        if not runs or any(node == seen for seen, _, _ in runs[-1]):
+            runs.append([])
+        runs[-1].append((node, op, dur))
+    sums = {"the first run alone": _op_totals(runs[0]), "every run but the first": _op_totals([k for run in runs[1:] for k in run])}
+    sums["the last duration of each node (a dict keyed by node name)"] = _op_totals([(n, op, d) for n, (op, d) in last_per_node.items()])
+    sums["the longest single call times the number of calls"] = {op: max(d) * len(d) for op, d in calls.items()}
+    sums["the longest single call"] = {op: max(d) for op, d in calls.items()}
+    sums["the mean call"] = {op: sum(d) / len(d) for op, d in calls.items()}
+    sums["the node with the largest total"] = {op: d for op, d in per_node.values()}
+    return {what: max(values, key=values.get) for what, values in sums.items()}
+
+
+def _op_totals(kernels: list[tuple[str, str, int]]) -> dict[str, int]:
+    """Kernel time per op type."""
+    totals: dict[str, int] = {}
+    for _, op, dur in kernels:
         totals[op] = totals.get(op, 0) + dur
     return totals
 
@@ -204,25 +262,25 @@ def _check_slowest(slowest_op) -> str:
                 raise Incorrect(f"{got!r} is a session event, not an operator: keep only events with cat == 'Node'")
             if isinstance(got, str) and got.endswith("_kernel_time"):
                 raise Incorrect(f"{got!r} is one node's event name; return the operator type (args['op_name'])")
-            totals, first_run = _totals(kernels), _totals(kernels, first_run_only=True)
-            if got == max(first_run, key=first_run.get):
+            if got == truth:
+                continue
+            totals = _op_totals(kernels)
+            shortcuts = [what for what, op in _shortcuts(kernels).items() if op == got]
+            if shortcuts:
                 raise Incorrect(
-                    f"{got!r} leads the first run (each node counted once), but the profile holds every run and "
-                    f"{truth} has the largest total over all of them: sum every kernel event per op type"
+                    f"{got!r} is what {' or '.join(shortcuts)} gives, but the profile holds every run and {truth} "
+                    "has the largest total: add up every kernel event's 'dur' per op type, first run included"
                 )
             if got == min(totals, key=totals.get):
                 raise Incorrect(f"{got!r} has the smallest total kernel time; the slowest operator has the largest")
-            if got == "MatMul" and truth == "Conv":
-                raise Incorrect("MatMul has the longest single call, but Conv has the largest total time: sum per op type")
             if got == "Relu":
                 raise Incorrect("Relu runs most often, but that is a count: sum the durations ('dur') per op type")
-            if got != truth and got in (kernels[0][1], kernels[-1][1]):
+            if got in (kernels[0][1], kernels[-1][1]):
                 raise Incorrect(
                     f"{got!r} is the op of the first or last kernel event; events come in execution order: "
                     "sum the durations ('dur') per op type"
                 )
-            if got != truth:
-                raise Incorrect(f"in a test profile the operator type with the largest total time is {truth}, you returned {got!r}")
+            raise Incorrect(f"in a test profile the operator type with the largest total time is {truth}, you returned {got!r}")
     return "you summed kernel time per operator type, as labsupport.onnxutil.profiling.Profile.hottest_op() does"
 
 
@@ -245,10 +303,12 @@ def _check_no_fallback(options) -> str:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            open_session(ensure_digits_cnn(), providers=[_unavailable_provider()], options=options)
+            # enable_fallback=0: no retry on the CPU by ORT's Python wrapper, so no "EP Error" banner on stdout
+            ort.InferenceSession(str(ensure_digits_cnn()), sess_options=options, providers=[_unavailable_provider()], enable_fallback=0)
     except Exception as error:  # the failure is the point
         if "fallback" not in str(error).lower():
-            raise Incorrect(f"the session failed, but not because the CPU fallback is disabled: {error}") from error
+            reason = error_summary(error)
+            raise Incorrect(f"the session failed, but not because the CPU fallback is disabled: {reason}") from error
         return "a session with an unavailable provider now fails loudly instead of running on the CPU"
     finally:
         options.log_severity_level = severity

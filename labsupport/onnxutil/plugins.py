@@ -1,4 +1,4 @@
-"""Plugin execution providers (ORT 1.23+): register OpenVINO's library, list its devices, open sessions on them, see placement."""
+"""Plugin execution providers (ORT 1.22+): register OpenVINO's library, list its devices, open sessions on them, see placement."""
 
 from __future__ import annotations
 
@@ -109,7 +109,10 @@ def session_on_devices(
     provider_options: dict[str, str] | None = None,
     options: ort.SessionOptions | None = None,
 ) -> ort.InferenceSession:
-    """A session on explicit EP devices (``add_provider_for_devices``), recording which EP got each node."""
+    """A session on explicit EP devices (``add_provider_for_devices``), recording which EP got each node.
+
+    ``options``, when given, is changed in place (devices and the recording entry added): pass a fresh one per session.
+    """
     if not devices:
         raise ValueError("expected one or more OrtEpDevice (from ort.get_ep_devices()); got none: see register_openvino().reason")
     options = _recording(options)
@@ -120,7 +123,10 @@ def session_on_devices(
 def session_by_policy(
     model: str | Path | bytes, policy: ort.OrtExecutionProviderDevicePolicy, options: ort.SessionOptions | None = None
 ) -> ort.InferenceSession:
-    """A session whose providers ORT picks from the registered devices by ``policy`` (PREFER_CPU, PREFER_GPU, ...)."""
+    """A session whose providers ORT picks from the registered devices by ``policy`` (PREFER_CPU, PREFER_GPU, ...).
+
+    ``options``, when given, is changed in place (policy and the recording entry added): pass a fresh one per session.
+    """
     options = _recording(options)
     options.set_provider_selection_policy(policy)
     return ort.InferenceSession(_model_source(model), sess_options=options)

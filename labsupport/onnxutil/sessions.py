@@ -33,6 +33,10 @@ TENSORRT = "TensorrtExecutionProvider"
 GPU_PROVIDERS = (TENSORRT, CUDA, "ROCMExecutionProvider", "MIGraphXExecutionProvider", "DmlExecutionProvider")
 DISABLE_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
 ALLOW_SPINNING = "session.intra_op.allow_spinning"
+# Why a requested provider is missing from a session (a plugin EP is listed only once it offers a device,
+# and a session takes a plugin only through add_provider_for_devices or a selection policy, not by name).
+NOT_OFFERED = "not in this build, or a plugin with no device here"
+NOT_STARTED = "a GPU build whose libraries are missing, or a plugin asked for by name instead of by device"
 
 # Providers the course talks about: which hardware each targets and which package brings it.
 PROVIDERS: dict[str, tuple[str, str]] = {
@@ -122,7 +126,7 @@ class ProviderChoice:
             f"used      : {', '.join(self.used)}",
         ]
         if self.unavailable:
-            lines.append(f"skipped   : {', '.join(self.unavailable)} (not in this onnxruntime build)")
+            lines.append(f"skipped   : {', '.join(self.unavailable)} (not offered here: {NOT_OFFERED})")
         if self.fell_back:
             lines.append(f"FELL BACK : asked for {self.requested[0]} first, runs on {self.primary}")
         return "\n".join(lines)
@@ -204,9 +208,9 @@ def assert_providers(session: ort.InferenceSession, expected: str | Sequence[str
     missing = [name for name in wanted if name not in got]
     if missing or got[0] != wanted[0]:
         absent = [name for name in wanted if name not in available_providers()]
-        why = f"; not in this onnxruntime build: {', '.join(absent)}" if absent else ""
+        why = f"; not offered here ({NOT_OFFERED}): {', '.join(absent)}" if absent else ""
         unstarted = [name for name in missing if name not in absent]
-        why += f"; built in but not started here (ORT logs 'Failed to create'): {', '.join(unstarted)}" if unstarted else ""
+        why += f"; listed by get_available_providers() but not started ({NOT_STARTED}): {', '.join(unstarted)}" if unstarted else ""
         raise ProviderMismatch(
             f"expected the session to run on {', '.join(wanted)} (first: {wanted[0]}), but it uses {', '.join(got)}{why}"
         )

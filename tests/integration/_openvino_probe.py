@@ -7,6 +7,7 @@ import io
 import json
 import sys
 import time
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,7 +20,7 @@ from labsupport.course.data import load_digits
 from labsupport.course.display import expect_error
 from labsupport.course.paths import artifact
 from labsupport.models.digits_cnn import ensure_digits_cnn
-from labsupport.onnxutil import plugins, sessions
+from labsupport.onnxutil import plugins, sessions, timing
 
 OPENVINO_CELLS = sys.argv[1].split(",")
 
@@ -42,6 +43,8 @@ def main() -> None:
         "expect_error": expect_error,
         "display": print,
         "time": time,
+        "warnings": warnings,
+        "timing": timing,
         "artifact": artifact,
         "pandas": pandas,
         "runtime_bench": _batch_one_bench(),
@@ -64,6 +67,9 @@ def main() -> None:
         "cpu_vendor_id": plugins.cpu_vendor()[1],
         "usable": status.usable,
         "providers_by_policy": namespace["by_policy"].get_providers(),
+        "listed": "OpenVINOExecutionProvider" in ort.get_available_providers(),
+        "providers_by_name": namespace["by_name"].get_providers(),
+        "warnings_by_name": [str(w.message) for w in namespace["by_name_warnings"]],
         "scaler_provider": placed.set_index("node").loc["scaler", "provider"],
         "openvino_nodes": int((placed["provider"] == plugins.OPENVINO).sum()),
         "precision_gaps": namespace["precision_gaps"],

@@ -32,7 +32,9 @@ def test_q1_rejects_answers_that_never_ask_a_session(wrong):
 def test_q1_rejects_a_constant_cpu_answer_even_where_only_the_cpu_is_available(monkeypatch):
     monkeypatch.setattr(nb05, "_other_available_provider", lambda: None)
     outcome = nb05.q1.evaluate(lambda path, providers: "CPUExecutionProvider")
-    assert outcome.status == "incorrect" and ("never opened a session" in outcome.message or "without asking a session" in outcome.message)
+    assert outcome.status == "incorrect" and (
+        "never opened a session" in outcome.message or "without calling get_providers()" in outcome.message
+    )
     assert nb05.q1.evaluate(nb05.q1.reference_answer()).status == "correct"
 
 
@@ -129,7 +131,7 @@ def _naive_filter(path, providers):
 @pytest.mark.parametrize("wrong", [_first_available_wish, _naive_filter], ids=["first available wish", "filter without pairs"])
 def test_q1_rejects_answers_that_filter_the_wish_list_instead_of_asking_the_session(wrong):
     outcome = nb05.q1.evaluate(wrong)
-    assert outcome.status == "incorrect" and ("asking a session" in outcome.message or "primary provider" in outcome.message)
+    assert outcome.status == "incorrect" and ("without calling get_providers()" in outcome.message or "primary provider" in outcome.message)
 
 
 def test_q1_lists_hold_name_and_options_pairs_and_accept_the_helper():
@@ -179,3 +181,100 @@ def test_q3_rejects_a_parallel_executor_and_restores_the_log_level():
     right.log_severity_level = 2
     right.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     assert nb05.q3.evaluate(right).status == "correct" and right.log_severity_level == 2
+
+
+def _kernels(path):
+    return [e for e in json.loads(Path(path).read_text(encoding="utf-8")) if e["cat"] == "Node"]
+
+
+def _last_run_only(path):
+    """The dict-overwrite bug: keyed by node name, each node keeps only its last duration."""
+    per_node = {e["name"]: (e["args"]["op_name"], e["dur"]) for e in _kernels(path)}
+    totals = {}
+    for op, dur in per_node.values():
+        totals[op] = totals.get(op, 0) + dur
+    return max(totals, key=totals.get)
+
+
+def _skip_first_run(path):
+    seen, totals = set(), {}
+    for event in _kernels(path):
+        if event["name"] in seen:
+            totals[event["args"]["op_name"]] = totals.get(event["args"]["op_name"], 0) + event["dur"]
+        seen.add(event["name"])
+    return max(totals, key=totals.get)
+
+
+def _max_call_times_count(path):
+    calls = {}
+    for event in _kernels(path):
+        calls.setdefault(event["args"]["op_name"], []).append(event["dur"])
+    return max(calls, key=lambda op: max(calls[op]) * len(calls[op]))
+
+
+def _hottest_node(path):
+    per_node = {}
+    for event in _kernels(path):
+        op, total = per_node.get(event["name"], (event["args"]["op_name"], 0))
+        per_node[event["name"]] = (op, total + event["dur"])
+    return max(per_node.values(), key=lambda pair: pair[1])[0]
+
+
+def _median_call(path):
+    import statistics
+
+    calls = {}
+    for event in _kernels(path):
+        calls.setdefault(event["args"]["op_name"], []).append(event["dur"])
+    return max(calls, key=lambda op: statistics.median(calls[op]))
+
+
+@pytest.mark.parametrize(
+    ("wrong", "says"),
+    [
+        (_last_run_only, "last duration of each node"),
+        (_skip_first_run, "every run but the first"),
+        (_max_call_times_count, "times the number of calls"),
+        (_hottest_node, "node with the largest total"),
+        (_median_call, "first run included"),
+    ],
+)
+def test_q2_rejects_shortcuts_and_names_what_they_computed(wrong, says):
+    outcome = nb05.q2.evaluate(wrong)
+    assert outcome.status == "incorrect" and says in outcome.message
+    assert "longest single call, but" not in outcome.message
+
+
+def _call_and_ignore(path, providers):
+    """Asks a session, then ignores it: answers the first wish that get_available_providers() lists."""
+    ort.InferenceSession(path, providers=providers).get_providers()
+    names = [entry[0] if isinstance(entry, tuple) else entry for entry in providers]
+    return next(name for name in names if name in ort.get_available_providers())
+
+
+def test_q1_rejects_a_session_asked_and_ignored_where_a_listed_provider_does_not_start():
+    outcome = nb05.q1.evaluate(_call_and_ignore)
+    assert outcome.status == "incorrect" and "get_available_providers() lists" in outcome.message
+    assert "ask the session" in outcome.message
+
+
+def test_q1_never_asked_message_does_not_claim_a_filter():
+    def assignment_info(path, providers):
+        options = ort.SessionOptions()
+        options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        session = ort.InferenceSession(path, sess_options=options, providers=providers)
+        return session.get_provider_graph_assignment_info()[0].ep_name
+
+    outcome = nb05.q1.evaluate(assignment_info)
+    assert outcome.status == "incorrect" and "filter" not in outcome.message
+
+
+def test_q3_message_keeps_the_reason_without_orts_location_or_fallback_banner(capsys):
+    shared_pools = ort.SessionOptions()
+    shared_pools.intra_op_num_threads = 1
+    shared_pools.use_per_session_threads = False
+    shared_pools.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    outcome = nb05.q3.evaluate(shared_pools)
+    assert outcome.status == "incorrect" and "not because the CPU fallback is disabled" in outcome.message
+    assert "onnxruntime_src" not in outcome.message and ".cc:" not in outcome.message
+    assert "EP Error" not in capsys.readouterr().out

@@ -16,7 +16,20 @@ from labsupport.course.paths import repo_root
 
 NOTEBOOK = repo_root() / "notebooks" / "05_runtime_and_providers.ipynb"
 PROBE = repo_root() / "tests" / "integration" / "_openvino_probe.py"
-OPENVINO_CELLS = ["5f0a6b02", "5f0a6b04", "5f0a6b06", "5f0a6b09", "5f0a6b0f", "5f0a6b0c", "5f0a6b15", "5f0a6b11", "5f0a6b13", "5f0a6b0d"]
+OPENVINO_CELLS = [
+    "5f0a6b02",
+    "5f0a6b04",
+    "5f0a6b06",
+    "5f0a6b17",
+    "5f0a6b18",
+    "5f0a6b09",
+    "5f0a6b0f",
+    "5f0a6b0c",
+    "5f0a6b15",
+    "5f0a6b11",
+    "5f0a6b13",
+    "5f0a6b0d",
+]
 BATCH_ONE_ONLY = {"5f0a6b11"}  # the probe times batch 1 only under emulation: this cell's count differs by design
 
 pytestmark = [
@@ -50,6 +63,12 @@ def test_openvino_offers_a_device_on_an_intel_cpu_and_takes_the_cnn(under_haswel
     assert facts["cpu_vendor_id"] == 0x8086 and facts["usable"]
     assert facts["providers_by_policy"][0] == "OpenVINOExecutionProvider"
     assert facts["openvino_nodes"] >= 5, "OpenVINO should take the CNN's Conv, Relu, MaxPool, Reshape and Gemm nodes"
+
+
+def test_asked_for_by_name_openvino_is_listed_yet_silently_not_started(under_haswell):
+    facts = under_haswell["facts"]
+    assert facts["listed"] and facts["providers_by_name"] == ["CPUExecutionProvider"]
+    assert facts["warnings_by_name"] == []
 
 
 def test_a_node_openvino_lacks_falls_back_to_the_cpu_provider(under_haswell):
