@@ -127,8 +127,8 @@ def test_q3_rejects_gates_that_fail_open_or_miss_a_rule():
         crashes: "a gate that fails closed answers False",
         catches_one_error: "raised KeyError",
         no_floor: "below the 90% floor",
-        points_not_fractions: "1.05 points below",
-        no_champion_rule: "1.05 points below",
+        points_not_fractions: "1.01 points below",
+        no_champion_rule: "1.01 points below",
         yes_no: "True or False",
     }
     for wrong, reason in cases.items():
@@ -161,11 +161,12 @@ def test_q3_rejects_gates_with_a_wrong_boundary_or_rule():
         return candidate >= champion - 0.01
 
     cases = {
-        "strict drop (c > champion - 0.01)": (_gate(floor, lambda ch, c: c > ch - 0.01), "exactly 1 point"),
         "strict floor (c > 0.9)": (_gate(lambda c: c > 0.9, drop), "exactly at the 90% floor"),
-        "a 1% relative drop (c >= 0.99 * champion)": (_gate(floor, lambda ch, c: c >= 0.99 * ch), "exactly 1 point"),
-        "a 1.5-point budget (0.0149)": (_gate(floor, lambda ch, c: c >= ch - 0.0149), "1.05 points below"),
+        "a 1% relative drop (c >= 0.99 * champion)": (_gate(floor, lambda ch, c: c >= 0.99 * ch), "not 1% of the champion"),
+        "a 1.5-point budget (0.0149)": (_gate(floor, lambda ch, c: c >= ch - 0.0149), "1.01 points below"),
+        "a 1.04-point budget": (_gate(floor, lambda ch, c: c >= ch - 0.0104), "1.01 points below"),
         "floor 0.8995": (_gate(lambda c: c >= 0.8995, drop), "below the 90% floor"),
+        "floor 0.89995": (_gate(lambda c: c >= 0.89995, drop), "0.004 points below the 90% floor"),
         "catches only RuntimeError and KeyError": (_gate(floor, drop, (RuntimeError, KeyError)), "raised OSError"),
         "catches only the store's errors and OSError": (_gate(floor, drop, (RuntimeError, KeyError, OSError)), "raised ValueError"),
         "returns 1 and 0": (lambda read, c: int(_gate(floor, drop)(read, c)), "True or False"),
@@ -191,3 +192,18 @@ def test_q3_accepts_numpy_booleans_and_the_reference():
     assert isinstance(numpy_gate(lambda: 0.99, 0.5), np.bool_)
     assert q3.evaluate(numpy_gate).status == "correct", q3.evaluate(numpy_gate).message
     assert q3.evaluate(q3.reference_answer()).status == "correct"
+
+
+def test_q3_accepts_the_budget_written_either_way():
+    """No case sits exactly on the 1-point boundary, where champion - candidate differs from 0.01 in floats."""
+    from labsupport.exercises.nb13 import q3
+
+    def floor(candidate):
+        return candidate >= 0.9
+
+    for name, drop in {
+        "champion - candidate <= 0.01": lambda ch, c: ch - c <= 0.01,
+        "candidate > champion - 0.01": lambda ch, c: c > ch - 0.01,
+    }.items():
+        outcome = q3.evaluate(_gate(floor, drop))
+        assert outcome.status == "correct", (name, outcome.message)
