@@ -324,3 +324,9 @@ def test_a_shape_the_signature_allows_but_the_model_refuses_gets_a_422_and_a_fai
     assert "shape [1, 1, 1, 1]" in refused.json()["detail"]
     assert answered.status_code == 200
     assert ready.status_code == 503 and ready.json()["reason"].startswith("warm-up failed"), ready.json()
+
+
+def test_more_workers_than_cpus_is_logged_as_oversubscription(caplog):
+    with caplog.at_level("WARNING", logger="onnx_service"):
+        create_app(Settings(model=str(ensure_digits_cnn()), workers=64))
+    assert any("exceed the" in record.getMessage() and "oversubscribed" in record.getMessage() for record in caplog.records)

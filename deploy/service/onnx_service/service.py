@@ -42,6 +42,13 @@ class Service:
         self.contract = model.contract(settings.max_batch)
         self.slots = slots_per_worker(cpus.usable, settings.threads, settings.workers)
         self.inference_slots = CapacityLimiter(self.slots)
+        if settings.workers * settings.threads > cpus.usable:
+            log.warning(
+                "%d workers x %d threads exceed the %d usable CPUs: each worker keeps one inference slot, so the CPUs are oversubscribed",
+                settings.workers,
+                settings.threads,
+                cpus.usable,
+            )
         self.shadow_running = 0  # shadow runs holding a live slot (see start_shadow)
         self.warm_up_error: str | None = None
         self.metrics = Metrics(
