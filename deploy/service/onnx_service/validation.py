@@ -139,7 +139,12 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
         info = np.iinfo(contract.dtype)
         if not np.isfinite(array).all() or array.min() < info.min or array.max() > info.max:
             raise RequestError(422, "out_of_range", f"{FIELD!r} has values outside {contract.dtype.name}'s range {info.min}..{info.max}")
-        raise RequestError(422, "wrong_type", f"{FIELD!r} contains fractional numbers; this model takes integers ({contract.dtype.name})")
+        raise RequestError(
+            422,
+            "wrong_type",
+            f"{FIELD!r} contains numbers written with a decimal point, an exponent or more than {_INT_DIGITS} digits; "
+            f"this model takes integers ({contract.dtype.name}) written as plain integers",
+        )
     rank = len(contract.example_shape)
     if array.ndim == rank:
         single, array = True, array[np.newaxis]
