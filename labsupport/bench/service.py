@@ -16,6 +16,8 @@ import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from labsupport.course.paths import artifact, relative
 from labsupport.models.heavy_classifier import write_heavy_classifier
 from labsupport.onnxutil.sessions import open_session
@@ -89,7 +91,7 @@ class BatchingComparison:
         top = self.levels[-1]
         payload = {
             "settings": self.settings,
-            "results": {mode: [asdict(r) for r in runs] for mode, runs in self.results.items()},
+            "results": {mode: [_without_latencies(r) for r in runs] for mode, runs in self.results.items()},
             "batcher": self.batcher,
             "ratios": {
                 str(c): {"throughput": self.throughput_ratio(c), "p50": self.p50_ratio(c), "p99": self.p99_ratio(c)} for c in self.levels
@@ -117,9 +119,19 @@ class BatchingComparison:
         return self.lone_target_met() and self.loaded_target_met()
 
 
+def _without_latencies(result: serving.LoadResult) -> dict[str, object]:
+    return {name: value for name, value in asdict(result).items() if name != "latencies_s"}
+
+
 def combine(rounds: list[serving.LoadResult]) -> serving.LoadResult:
-    """One result from alternating rounds: counts and time summed, the median of the rounds' p50 and p99."""
+    """One result from alternating rounds: counts and time summed, the median of the rounds' p50, the p99 of all their latencies pooled.
+
+    A round holds too few requests for a p99 of its own (it is about the round's slowest request); pooled,
+    the slowest rounds count. Rounds without recorded latencies fall back to the median of their p99.
+    """
     seconds = sum(r.seconds for r in rounds)
+    pooled = [latency for r in rounds for latency in r.latencies_s]
+    pooled_p99 = float(np.percentile(np.asarray(pooled) * 1000.0, 99)) if all(r.latencies_s for r in rounds) else None
     return replace(
         rounds[0],
         requests=sum(r.requests for r in rounds),
@@ -129,7 +141,8 @@ def combine(rounds: list[serving.LoadResult]) -> serving.LoadResult:
         seconds=seconds,
         throughput=sum(r.throughput * r.seconds for r in rounds) / seconds,
         p50_ms=statistics.median(r.p50_ms for r in rounds),
-        p99_ms=statistics.median(r.p99_ms for r in rounds),
+        p99_ms=pooled_p99 if pooled_p99 is not None else statistics.median(r.p99_ms for r in rounds),
+        latencies_s=tuple(pooled),
         statuses={code: sum(r.statuses.get(code, 0) for r in rounds) for code in {c for r in rounds for c in r.statuses}},
     )
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import json
 import threading
+import time
 
 import numpy as np
 
@@ -40,6 +42,8 @@ def _check_payload(body) -> str:
 
 BEATS_DURING_RUN = 3  # event-loop heartbeats that must happen while the model computes
 LONGEST_RUN = 5.0  # seconds the stand-in model waits for them: only an answer that blocks the loop waits that long
+LONGEST_STALL = 0.2  # seconds: a longer gap between heartbeats during infer means the caller blocked the loop
+OUTPUT_NAME = "rows"
 
 
 class _Heartbeat:
@@ -47,6 +51,7 @@ class _Heartbeat:
 
     def __init__(self) -> None:
         self.count = 0
+        self.times: list[float] = []
         self._ticked = threading.Condition()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -54,60 +59,77 @@ class _Heartbeat:
             await asyncio.sleep(0.001)
             with self._ticked:
                 self.count += 1
+                self.times.append(time.perf_counter())
                 self._ticked.notify_all()
 
     def wait_for(self, count: int, timeout: float) -> None:
         with self._ticked:
             self._ticked.wait_for(lambda: self.count >= count, timeout)
 
+    def longest_stall(self, start: float, end: float) -> float:
+        """The longest time between ``start`` and ``end`` during which the loop did not tick."""
+        marks = [start, *(t for t in self.times if start <= t <= end), end]
+        return max(later - earlier for earlier, later in itertools.pairwise(marks))
+
 
 class _SlowSession:
     """Stands in for an InferenceSession whose run() lasts until the event loop has ticked a few times.
 
     The verdict is an order of events, not a duration: a run() called on the event loop's own thread
-    blocks the loop (it is caught at once), and a run() in a worker thread ends as soon as the
-    heartbeat has ticked ``BEATS_DURING_RUN`` times, which it cannot do if something else blocks the loop.
+    blocks the loop (it is caught at once, even if a later call runs in a thread), and a run() in a
+    worker thread ends as soon as the heartbeat has ticked ``BEATS_DURING_RUN`` times, which it cannot
+    do if something else blocks the loop. Its one output holds each example's values in order, so a
+    reordered or transposed feed gives other numbers.
     """
 
     def __init__(self, heartbeat: _Heartbeat) -> None:
         self.heartbeat = heartbeat
         self.beats_during_run: int | None = None
+        self.ran_on_the_loop = False
 
     def run(self, output_names, feeds):
+        if output_names is not None and list(output_names) != [OUTPUT_NAME]:
+            raise Incorrect(f"session.run was asked for outputs {output_names!r}; this model has one output, {OUTPUT_NAME!r} (None: all)")
         try:
             asyncio.get_running_loop()
-            self.beats_during_run = 0  # called on the loop's thread: nothing else can run until it returns
+            self.ran_on_the_loop = True  # called on the loop's thread: nothing else can run until it returns
+            self.beats_during_run = 0
         except RuntimeError:  # a worker thread: the loop is free unless the caller blocks it
             first = self.heartbeat.count
             self.heartbeat.wait_for(first + BEATS_DURING_RUN, LONGEST_RUN)
             self.beats_during_run = self.heartbeat.count - first
-        return [np.asarray(feeds["image"]).sum(axis=(1, 2, 3))]
+        image = np.asarray(feeds["image"])
+        return [image.reshape(len(image), -1)]
 
 
 def _check_nonblocking(infer) -> str:
     if not callable(infer) or not inspect.iscoroutinefunction(inspect.unwrap(infer)):  # unwrap: exercises wrap functions
         raise Incorrect("expected an `async def infer(session, feeds)` function")
-    feeds = {"image": np.ones((2, 1, 8, 8), dtype=np.float32)}
+    feeds = {"image": np.arange(2 * 64, dtype=np.float32).reshape(2, 1, 8, 8)}  # distinct values: any reordering shows
     heartbeat = _Heartbeat()
     session = _SlowSession(heartbeat)
 
     async def scenario():
         stop = asyncio.Event()
         beat = asyncio.create_task(heartbeat.run(stop))
+        await asyncio.sleep(0.005)  # the heartbeat is ticking before infer starts
+        start = time.perf_counter()
         try:
-            return await infer(session, feeds)
+            return await infer(session, feeds), heartbeat.longest_stall(start, time.perf_counter())
         finally:
             stop.set()
             await beat
 
-    outputs = asyncio.run(scenario())
-    expected = np.array([64.0, 64.0])  # one sum per example of the feeds: both rows must be run
+    outputs, stall = asyncio.run(scenario())
+    expected = feeds["image"].reshape(2, 64)  # the stand-in's output for the feeds, unchanged
     if not isinstance(outputs, (list, tuple)) or len(outputs) != 1 or np.shape(outputs[0]) != expected.shape:
         raise Incorrect("infer must return what session.run(None, feeds) returns: a list with one array of 2 rows here")
-    if not np.allclose(outputs[0], expected):
-        raise Incorrect("infer must run session.run(None, feeds) on the feeds it was given, unchanged")
-    if not session.beats_during_run or session.beats_during_run < BEATS_DURING_RUN:
+    if not np.array_equal(np.asarray(outputs[0], dtype=np.float64), expected):
+        raise Incorrect("infer must run session.run(None, feeds) on the feeds it was given, unchanged (same rows, same order)")
+    if session.ran_on_the_loop or not session.beats_during_run or session.beats_during_run < BEATS_DURING_RUN:
         raise Incorrect("the event loop was blocked: no other coroutine ran while session.run computed")
+    if stall > LONGEST_STALL:
+        raise Incorrect(f"the event loop was blocked for {stall:.2f} s during infer (time.sleep or another blocking call on the loop?)")
     return "the event loop kept running while the model computed"
 
 
@@ -119,6 +141,8 @@ onnx_service_requests_total{method="POST",path="/predict",status="413"} %d
 onnx_service_requests_total{method="POST",path="/predict",status="422"} %d
 onnx_service_requests_total{method="POST",path="/predict",status="500"} %d
 onnx_service_requests_total{method="GET",path="other",status="404"} 9
+onnx_service_requests_total{method="POST",path="other",status="404"} 3
+onnx_service_requests_total{method="POST",path="/health",status="405"} 2
 # TYPE onnx_service_request_duration_seconds histogram
 onnx_service_request_duration_seconds_bucket{path="/predict",le="0.005"} 70
 onnx_service_request_duration_seconds_bucket{path="/predict",le="+Inf"} 93

@@ -245,6 +245,7 @@ class LoadResult:
     probe_p50_ms: float | None = None
     probe_p99_ms: float | None = None
     probe_count: int = 0  # probe requests answered or timed out (a timed-out one counts with the time waited)
+    latencies_s: tuple[float, ...] = field(default=(), repr=False)  # every request's seconds (to pool several runs)
 
     def row(self, **extra: object) -> dict[str, object]:
         """A flat dict for a table: extra columns first, then the measured figures."""
@@ -403,6 +404,7 @@ class _Tally:
             probe_p50_ms=_percentile(self.probes, 50) if probed else None,
             probe_p99_ms=_percentile(self.probes, 99) if probed else None,
             probe_count=len(self.probes),
+            latencies_s=tuple(self.latencies),
         )
 
 

@@ -400,8 +400,12 @@ def test_validation_returns_the_models_dtype_and_flags_single_examples():
     assert not single and batch.shape == (2, 1, 8, 8)
     integer = svc_model.InputContract("ids", np.dtype(np.int64), (None,), 4)
     assert svc_validation.to_batch({"inputs": [[1, 2, 3]]}, integer)[0].dtype == np.int64
-    with pytest.raises(svc_validation.RequestError, match="fractional numbers"):
+    with pytest.raises(svc_validation.RequestError, match="decimal point, an exponent or more than 18 digits"):
         svc_validation.to_batch({"inputs": [[1.5]]}, integer)
+    nineteen_digits = svc_validation.parse_json(b'{"inputs": [[1000000000000000000]]}')  # inside int64, read as a float
+    with pytest.raises(svc_validation.RequestError, match="more than 18 digits") as refused:
+        svc_validation.to_batch(nineteen_digits, integer)
+    assert "fractional" not in refused.value.message  # the value is a whole number: the reason must not say otherwise
     with pytest.raises(svc_validation.RequestError, match="dimension 0 should be at least 1"):
         svc_validation.to_batch({"inputs": [[]]}, integer)
 

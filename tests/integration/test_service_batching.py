@@ -7,6 +7,7 @@ No test asserts a speed or a duration: `python -m labsupport.bench service` prin
 from __future__ import annotations
 
 import asyncio
+import statistics
 import threading
 import time
 
@@ -330,3 +331,21 @@ def test_service_bench_ratios_and_target_from_fake_results(tmp_path):
     assert combined.requests == 300 and combined.seconds == 3.0 and combined.statuses == {200: 300}
     assert combined.throughput == pytest.approx(250 / 3) and combined.p50_ms == 10 and combined.p99_ms == 20
     assert service_bench.requests_for(1) == 100 and service_bench.requests_for(32) == 320 and service_bench.requests_for(1, 0.1) == 20
+
+
+def test_combined_rounds_take_the_p99_of_all_latencies_pooled_not_a_median_of_round_maxima():
+    from dataclasses import replace
+
+    from labsupport.bench import service as service_bench
+
+    quick = [0.010] * 9
+    rounds = [
+        serving.LoadResult(1, 10, 10, 0, 0, 1.0, 10.0, 10.0, 10.0, {200: 10}, latencies_s=tuple([*quick, slowest]))
+        for slowest in (0.010, 0.500, 0.600)
+    ]
+    combined = service_bench.combine(rounds)
+    assert combined.p99_ms == pytest.approx(571.0)  # two slow requests in 30: the pooled p99 sees them
+    assert statistics.median(r.p99_ms for r in rounds) == 10.0  # what a median of the rounds' p99 would have shown
+    assert len(combined.latencies_s) == 30
+    without = service_bench.combine([replace(r, latencies_s=()) for r in rounds])
+    assert without.p99_ms == 10.0  # no recorded latencies: the median of the rounds' p99

@@ -1,4 +1,4 @@
-"""No input gets a 5xx: generated request bodies and headers, then a corpus of hostile inputs, against /predict.
+"""No input gets a 5xx: generated request bodies and headers, then a corpus of hostile inputs, against /predict and /admin/routing.
 
 The service runs in-process (FastAPI's TestClient, lifespan included). Every answer must be a 2xx or a
 4xx whose JSON ``detail`` is readable text of bounded length: what the client sent is echoed only as a
@@ -36,9 +36,15 @@ def latin1(headers: dict[str, str]) -> dict[str, bytes]:
     return {name: value.encode("latin-1") for name, value in headers.items()}
 
 
+def _refuse_constant(token: str) -> None:
+    raise ValueError(f"{token} is not JSON")
+
+
 def assert_client_error_or_success(response) -> None:
-    """2xx, or a 4xx with a JSON {"error", "detail"} whose detail is printable and bounded."""
+    """2xx with a strict JSON body (no NaN or Infinity), or a 4xx with a JSON {"error", "detail"} whose detail is printable and bounded."""
     assert response.status_code < 500, (response.status_code, response.text[:500])
+    if response.status_code < 300 and response.headers.get("content-type", "").startswith("application/json"):
+        json.loads(response.text, parse_constant=_refuse_constant)  # what JSON.parse or serde_json would accept
     if response.status_code >= 400:
         body = response.json()
         assert isinstance(body.get("error"), str) and isinstance(body.get("detail"), str), body
@@ -87,13 +93,66 @@ def test_generated_requests_never_get_a_5xx(client, body, content_type, request_
     assert_client_error_or_success(client.post("/predict", content=body, headers=latin1(headers)))
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=bodies, authorization=header_values)
+MODEL_PATH = str(ensure_digits_cnn())
+names = st.one_of(st.sampled_from(["1", "2", "v🚀", "\ud800", "é", "a" * 65, "", "champion"]), st.text(max_size=8))
+paths = st.one_of(st.sampled_from([MODEL_PATH, "/nonexistent/" + "y" * 5000, "\ud800.onnx", "", "/", "\x00"]), st.text(max_size=20))
+alias_values = st.one_of(names, st.lists(names, max_size=2), st.dictionaries(names, names, max_size=2), json_values)
+routing_documents = st.fixed_dictionaries(
+    {
+        "versions": st.one_of(st.dictionaries(names, paths, min_size=1, max_size=3), json_values),
+        "aliases": st.one_of(
+            st.fixed_dictionaries({"champion": alias_values}, optional={"challenger": alias_values, "x" * 5000: alias_values}),
+            json_values,
+        ),
+    },
+    optional={"challenger_percent": st.one_of(st.integers(-5, 105), json_values), "shadow": alias_values},
+).map(lambda document: json.dumps(document).encode())
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.one_of(routing_documents, bodies), authorization=header_values)
 def test_generated_admin_requests_never_get_a_5xx(client, body, authorization):
     headers = {"content-type": "application/json", "authorization": authorization}
     assert_client_error_or_success(client.put("/admin/routing", content=body, headers=headers))
     authorized = {"content-type": "application/json", "authorization": "Bearer secret"}
     assert_client_error_or_success(client.put("/admin/routing", content=body, headers=authorized))
+    # whatever the admin API accepted, the service still answers
+    assert_client_error_or_success(client.post("/predict", json={"inputs": _image(0)}))
+    assert_client_error_or_success(client.get("/admin/routing", headers=authorized))
+
+
+def _routing(**changes: object) -> bytes:
+    document = {"versions": {"1": MODEL_PATH}, "aliases": {"champion": "1"}, **changes}
+    return json.dumps(document).encode()
+
+
+HOSTILE_ROUTING = {
+    "a list as the champion": _routing(aliases={"champion": ["1"]}),
+    "an object as the champion": _routing(aliases={"champion": {"1": 1}}),
+    "a list as the shadow": _routing(shadow=[]),
+    "an object as the shadow": _routing(shadow={}),
+    "a 5000-character path": _routing(versions={"1": "/nonexistent/" + "y" * 5000}),
+    "a lone surrogate in a path": _routing(versions={"1": "\ud800.onnx"}),
+    "a 5000-character alias": _routing(aliases={"champion": "1", "x" * 5000: "1"}),
+    "a 2000-item percent": _routing(challenger_percent=[0] * 2000),
+    "an emoji version name": _routing(versions={"v🚀": MODEL_PATH}, aliases={"champion": "v🚀"}),
+    "a lone surrogate as version name": _routing(versions={"\ud800": MODEL_PATH}, aliases={"champion": "\ud800"}),
+    "a 65-character version name": _routing(versions={"a" * 65: MODEL_PATH}, aliases={"champion": "a" * 65}),
+    "a path that is a folder": _routing(versions={"1": "/"}),
+    "a NUL byte in a path": _routing(versions={"1": "model\x00.onnx"}),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_ROUTING))
+def test_hostile_routing_documents_get_a_readable_4xx_and_change_nothing(client, case):
+    authorized = {"content-type": "application/json", "authorization": "Bearer secret"}
+    before = client.get("/admin/routing", headers=authorized).json()
+    response = client.put("/admin/routing", content=HOSTILE_ROUTING[case], headers=authorized)
+    assert 400 <= response.status_code < 500, (response.status_code, response.text[:500])
+    assert_client_error_or_success(response)
+    assert client.get("/admin/routing", headers=authorized).json() == before
+    predicted = client.post("/predict", json={"inputs": _image(0)})
+    assert predicted.status_code == 200 and predicted.headers["x-model-version"] == before["aliases"]["champion"]
 
 
 def _image(value: object) -> list:
@@ -130,6 +189,8 @@ HOSTILE = {
     "whitespace only": b" \n\t ",
     "body just under the limit": b'{"inputs": [' + b"0," * 32_000 + b"0]}",
     "body over the limit": b"[" + b"0," * 40_000 + b"0]",
+    "1e38 pixels (finite float32; the logits overflow)": json.dumps({"inputs": _image(1e38)}).encode(),
+    "-1e38 pixels": json.dumps({"inputs": _image(-1e38)}).encode(),
 }
 
 
@@ -173,6 +234,11 @@ def test_a_5000_digit_integer_is_refused_as_out_of_range_not_as_a_type_mix(clien
     response = client.post("/predict", content=HOSTILE["5000-digit integer in a tensor"], headers={"content-type": "application/json"})
     assert response.status_code == 422 and response.json()["error"] == "not_finite", response.text[:300]
     assert "too large for float32" in response.json()["detail"]
+
+
+def test_outputs_that_overflow_get_a_422_not_a_nan(client):
+    response = client.post("/predict", content=HOSTILE["1e38 pixels (finite float32; the logits overflow)"])
+    assert response.status_code == 422 and response.json()["error"] == "non_finite_output", response.text[:300]
 
 
 def test_echoed_client_text_is_an_excerpt(client):

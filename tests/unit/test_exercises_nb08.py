@@ -131,3 +131,77 @@ def test_q3_rejects_answers_that_also_count_the_latency_histogram():
         assert outcome.status == "incorrect", wrong.__name__
         assert "latency histogram" in outcome.message
     assert q3.evaluate(q3.reference_answer()).status == "correct"
+
+
+def test_q2_rejects_a_blocking_run_followed_by_a_threaded_one():
+    import asyncio
+
+    async def blocks_then_threads(session, feeds):
+        session.run(None, feeds)  # a whole inference on the event loop
+        return await asyncio.to_thread(session.run, None, feeds)
+
+    outcome = q2.evaluate(blocks_then_threads)
+    assert outcome.status == "incorrect" and "event loop was blocked" in outcome.message
+
+
+def test_q2_rejects_a_sleep_that_blocks_the_loop_after_the_run():
+    import asyncio
+    import time
+
+    async def sleeps_after(session, feeds):
+        outputs = await asyncio.to_thread(session.run, None, feeds)
+        time.sleep(0.5)
+        return outputs
+
+    outcome = q2.evaluate(sleeps_after)
+    assert outcome.status == "incorrect" and "blocked for" in outcome.message
+
+
+def test_q2_rejects_reordered_or_transposed_feeds_and_unknown_output_names():
+    import asyncio
+
+    async def rows_reversed(session, feeds):
+        return await asyncio.to_thread(session.run, None, {"image": feeds["image"][::-1]})
+
+    async def transposed(session, feeds):
+        return await asyncio.to_thread(session.run, None, {"image": feeds["image"].transpose(0, 1, 3, 2)})
+
+    async def unknown_output(session, feeds):
+        return await asyncio.to_thread(session.run, ["no_such_output"], feeds)
+
+    for wrong in (rows_reversed, transposed):
+        outcome = q2.evaluate(wrong)
+        assert outcome.status == "incorrect" and "same rows, same order" in outcome.message, wrong
+    outcome = q2.evaluate(unknown_output)
+    assert outcome.status == "incorrect" and "'no_such_output'" in outcome.message
+
+
+def test_q2_accepts_the_threadpool_of_starlette_and_the_output_named():
+    import asyncio
+
+    from starlette.concurrency import run_in_threadpool
+
+    async def starlette_pool(session, feeds):
+        return await run_in_threadpool(session.run, None, feeds)
+
+    async def named_output(session, feeds):
+        return await asyncio.to_thread(session.run, [nb08.OUTPUT_NAME], feeds)
+
+    for right in (starlette_pool, named_output):
+        assert q2.evaluate(right).status == "correct", right
+
+
+def test_q3_rejects_a_filter_on_the_post_method_instead_of_the_path():
+    from labsupport.topics.serving import parse_metrics
+
+    def every_post(text):  # POST /health (405) and POSTs to unknown paths (404) are not /predict requests
+        total = errors = 0.0
+        for (name, labels), value in parse_metrics(text).items():
+            labels = dict(labels)
+            if name == "onnx_service_requests_total" and labels.get("method") == "POST":
+                total += value
+                errors += value if int(labels["status"]) >= 400 else 0
+        return errors / total if total else 0.0
+
+    outcome = q3.evaluate(every_post)
+    assert outcome.status == "incorrect" and 'path="/predict"' in outcome.message

@@ -16,6 +16,7 @@ from .service import Service, get_service
 from .validation import RequestError, parse_json, read_body
 
 log = logging.getLogger("onnx_service")
+MAX_DETAIL = 500  # characters of a refusal's message (a model's error can quote a long path)
 
 
 class AdminRefusal(HTTPException):
@@ -54,7 +55,8 @@ async def put_routing(request: Request, service: AdminDep) -> JSONResponse:
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
     except (routing.RoutingError, ModelError) as error:
-        return JSONResponse({"error": "bad_routing", "detail": str(error)}, status_code=422)
+        return JSONResponse({"error": "bad_routing", "detail": str(error)[:MAX_DETAIL]}, status_code=422)
+    answer = JSONResponse(new.describe())  # encoded before the switch: a document that cannot be answered changes nothing
     service.router = new  # one assignment: requests in flight finish on the router they started with
     log.info("routing changed: aliases %s, challenger %d%%, shadow %s", dict(new.aliases), new.challenger_percent, new.shadow)
-    return JSONResponse(new.describe())
+    return answer

@@ -132,11 +132,14 @@ def load_served_model(path: str | Path, expected_sha256: str = "", threads: int 
     import onnxruntime as ort
 
     path = Path(path)
-    if not path.exists():
-        raise ModelError(f"model file not found: {path} (set ONNX_SERVICE_MODEL to the path of an .onnx file)")
-    if not path.is_file():
-        raise ModelError(f"model path is not a file: {path}")
-    actual = sha256_file(path)
+    try:
+        if not path.exists():
+            raise ModelError(f"model file not found: {path} (set ONNX_SERVICE_MODEL to the path of an .onnx file)")
+        if not path.is_file():
+            raise ModelError(f"model path is not a file: {path}")
+        actual = sha256_file(path)
+    except (OSError, ValueError) as error:  # a name too long for the file system, a character it cannot encode, no permission
+        raise ModelError(f"cannot read the model file {str(path)[:200]!r}: {type(error).__name__}: {str(error)[:200]}") from None
     if expected_sha256 and actual != expected_sha256.lower():
         raise ModelError(
             f"model sha256 mismatch for {path.name}: expected {expected_sha256.lower()}, the file has {actual} "

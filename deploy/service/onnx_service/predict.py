@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from . import routing
 from .batching import QueueFull
@@ -17,7 +18,7 @@ RESPONSES = {
     400: {"description": "not JSON"},
     413: {"description": "body too large"},
     415: {"description": "not application/json"},
-    422: {"description": "wrong shape, type, values or batch size"},
+    422: {"description": "wrong shape, type, values or batch size, or outputs that overflow"},
     503: {"description": "overloaded (too many requests wait for a slot): retry after the Retry-After header's seconds"},
 }
 
@@ -36,13 +37,21 @@ async def predict(request: Request, service: Annotated[Service, Depends(get_serv
     except QueueFull as full:
         headers = {"Retry-After": str(full.retry_after)}
         return JSONResponse({"error": "overloaded", "detail": str(full)}, status_code=503, headers=headers)
+    except InvalidArgument as error:  # a shape the signature allows but the model's operators refuse (e.g. too small for a Conv)
+        detail = f"the model refused inputs of shape {list(batch.shape)}: {str(error)[:300]}"
+        return JSONResponse({"error": "model_refused_input", "detail": detail}, status_code=422)
     result = {"model": version.model.name, "version": version.name, "alias": alias, "batch_size": len(batch)}
     result.update(version.model.postprocess(outputs))
+    try:  # strict JSON: finite inputs can still overflow the model's outputs (e.g. 1e38 pixels give inf logits, NaN probabilities)
+        text = json.dumps(result, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        detail = "these inputs make the model's outputs overflow (not finite); send values in the range the model was trained on"
+        return JSONResponse({"error": "non_finite_output", "detail": detail}, status_code=422)
     service.metrics.observe_version(version.name, alias)
     shadow = router_now.versions.get(router_now.shadow) if router_now.shadow else None
     if shadow is not None and shadow is not version:
         service.start_shadow(shadow, batch, result["predictions"])
-    return Response(json.dumps(result, separators=(",", ":")), media_type="application/json", headers={"X-Model-Version": version.name})
+    return Response(text, media_type="application/json", headers={"X-Model-Version": version.name})
 
 
 def request_schema(service: Service) -> dict[str, Any]:

@@ -19,11 +19,13 @@ The routing document (JSON)::
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .model import LoadedModel
+from .validation import excerpt
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 KEY_HEADER = "x-request-key"
@@ -82,26 +84,46 @@ def single(name: str, model: LoadedModel, runner: Any = None) -> Router:
     return Router({name: Version(name, model, runner)}, {CHAMPION: name}, paths={name: str(model.path)})
 
 
+VERSION_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # names travel in the X-Model-Version header and in metric labels
+MAX_PATH_CHARS = 1024
+
+
+def _check_versions(versions: Any) -> dict[str, str]:
+    if not isinstance(versions, dict) or not versions:
+        raise RoutingError('"versions" must map version names to .onnx paths, e.g. {"1": "models/v1.onnx"}')
+    for name, path in versions.items():
+        if not VERSION_NAME.fullmatch(name):
+            raise RoutingError(f"version name {excerpt(name)} must be 1-64 characters among A-Z a-z 0-9 . _ -")
+        if not isinstance(path, str) or not 0 < len(path) <= MAX_PATH_CHARS or not path.isprintable():
+            raise RoutingError(f"version {name}: the path must be printable text of 1-{MAX_PATH_CHARS} characters, got {_value(path)}")
+    return dict(versions)
+
+
+def _value(value: Any) -> str:
+    """A bounded excerpt of any JSON value a client sent."""
+    return excerpt(value) if isinstance(value, str) else f"a JSON {type(value).__name__}"
+
+
 def _check_document(document: Any) -> tuple[dict[str, str], dict[str, str], int, str | None]:
     if not isinstance(document, dict):
         raise RoutingError('expected a JSON object like {"versions": {...}, "aliases": {"champion": ...}}')
-    versions, aliases = document.get("versions"), document.get("aliases")
-    if not isinstance(versions, dict) or not versions or not all(isinstance(v, str) for v in versions.values()):
-        raise RoutingError('"versions" must map version names to .onnx paths, e.g. {"1": "models/v1.onnx"}')
+    versions, aliases = _check_versions(document.get("versions")), document.get("aliases")
     if not isinstance(aliases, dict) or CHAMPION not in aliases:
         raise RoutingError('"aliases" must name the champion version, e.g. {"champion": "1"}')
-    unknown = {alias: name for alias, name in aliases.items() if name not in versions}
-    if unknown or set(aliases) - {CHAMPION, CHALLENGER}:
-        raise RoutingError(f"aliases must be champion/challenger and point at listed versions {sorted(versions)}; got {aliases}")
+    for alias, name in aliases.items():
+        if alias not in (CHAMPION, CHALLENGER) or not isinstance(name, str) or name not in versions:
+            raise RoutingError(f"aliases must be champion/challenger and point at listed versions; got {excerpt(alias)}: {_value(name)}")
     percent = document.get("challenger_percent", 0)
     if not isinstance(percent, int) or isinstance(percent, bool) or not 0 <= percent <= 100:
-        raise RoutingError(f'"challenger_percent" must be a whole number 0-100, got {percent!r}')
+        raise RoutingError(
+            f'"challenger_percent" must be a whole number 0-100, got {_value(percent) if not isinstance(percent, int) else percent}'
+        )
     if percent and CHALLENGER not in aliases:
         raise RoutingError('"challenger_percent" > 0 needs a "challenger" alias')
     shadow = document.get("shadow")
-    if shadow is not None and shadow not in versions:
-        raise RoutingError(f'"shadow" must be one of the versions {sorted(versions)} or null, got {shadow!r}')
-    return {str(k): v for k, v in versions.items()}, dict(aliases), percent, shadow
+    if shadow is not None and (not isinstance(shadow, str) or shadow not in versions):
+        raise RoutingError(f'"shadow" must be one of the listed versions or null, got {_value(shadow)}')
+    return versions, dict(aliases), percent, shadow
 
 
 def build(document: Any, current: Router, load: Callable[[str], LoadedModel], make_runner: Callable[[LoadedModel], Any]) -> Router:

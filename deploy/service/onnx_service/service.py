@@ -2,7 +2,9 @@
 
 One ``Service`` lives in ``app.state.service``; the routers reach it through the ``get_service``
 dependency. Inference slots are sized for the whole service: ``usable CPUs // (threads x workers)``
-per worker process, so all workers together never run more inferences than there are CPUs.
+per worker process, so all workers together run at most one inference per usable CPU (unless there
+are more workers than CPUs: each worker keeps one slot). A shadow run borrows one of those live
+slots, never an extra one: it costs no CPU beyond the live budget.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from .batching import Batcher, QueueFull
 from .config import Settings
 from .cpus import CpuBudget
 from .metrics import Metrics
-from .model import LoadedModel, load_served_model
+from .model import LoadedModel, ModelError, load_served_model
 
 log = logging.getLogger("onnx_service")
 
@@ -40,7 +42,15 @@ class Service:
         self.contract = model.contract(settings.max_batch)
         self.slots = slots_per_worker(cpus.usable, settings.threads, settings.workers)
         self.inference_slots = CapacityLimiter(self.slots)
-        self.shadow_slot = CapacityLimiter(1)  # shadow runs never take a live slot (see start_shadow)
+        if settings.workers * settings.threads > cpus.usable:
+            log.warning(
+                "%d workers x %d threads exceed the %d usable CPUs: each worker keeps one inference slot, so the CPUs are oversubscribed",
+                settings.workers,
+                settings.threads,
+                cpus.usable,
+            )
+        self.shadow_running = 0  # shadow runs holding a live slot (see start_shadow)
+        self.warm_up_error: str | None = None
         self.metrics = Metrics(
             self.contract.max_batch,
             {"name": model.name, "opset": str(model.opset), "sha256": model.sha256},
@@ -56,6 +66,12 @@ class Service:
         """A batcher for one version when batching is on (batches never mix versions), else None."""
         if not self.settings.batching:
             return None
+        contract = version_model.contract(self.settings.max_batch)
+        if version_model.fixed_batch or None in contract.example_shape:
+            raise ModelError(
+                f"batching merges requests along the batch dimension, so it needs a model whose batch is free and every other "
+                f"dimension fixed; {version_model.path.name} takes {version_model.input.describe()['shape']}: start without batching"
+            )
         return Batcher(
             version_model.run,
             max_size=self.settings.batch_max_size,
@@ -71,7 +87,7 @@ class Service:
 
     def waiting_for_slot(self) -> int:
         """Threadpool mode: requests that wait for an inference slot (the running ones hold one)."""
-        return max(0, self.in_flight - int(self.inference_slots.borrowed_tokens))
+        return max(0, self.in_flight - (int(self.inference_slots.borrowed_tokens) - self.shadow_running))
 
     def queued(self) -> int:
         """Requests waiting for an inference slot, in every mode."""
@@ -81,18 +97,33 @@ class Service:
         """Why the service should get no traffic now (None: ready)."""
         if self.draining:
             return "draining: the service is shutting down"
+        if self.warm_up_error:
+            return f"warm-up failed: {self.warm_up_error}"
         if not self.warm:
             return "warming up: the model's first runs have not finished"
         return None
 
+    def warm_up_sizes(self) -> tuple[int, ...]:
+        """Batch sizes of the warm-up runs: 1 and the largest batch the service will run (a fixed batch: only that)."""
+        if self.model.fixed_batch:
+            return (self.model.fixed_batch,)
+        return (1, self.settings.batch_max_size if self.settings.batching else min(self.contract.max_batch, 8))
+
     async def warm_up(self) -> None:
-        """Run each version on zeros (the first runs allocate memory) with a batch of 1 and a large one, then mark the service warm."""
+        """Run each version on zeros (the first runs allocate memory), then mark the service warm.
+
+        A failed run is logged and kept: /ready then answers 503 with the reason instead of "warming up" for ever.
+        """
         example = [d if d is not None else 1 for d in self.contract.example_shape]
-        sizes = (1, self.settings.batch_max_size if self.settings.batching else min(self.contract.max_batch, 8))
-        for version in list(self.router.versions.values()):
-            for size in sizes:
-                zeros = np.zeros([size, *example], dtype=self.contract.dtype)
-                await anyio.to_thread.run_sync(version.model.run, zeros, limiter=self.inference_slots)
+        try:
+            for version in list(self.router.versions.values()):
+                for size in self.warm_up_sizes():
+                    zeros = np.zeros([size, *example], dtype=self.contract.dtype)
+                    await anyio.to_thread.run_sync(version.model.run, zeros, limiter=self.inference_slots)
+        except Exception as error:
+            self.warm_up_error = f"{type(error).__name__} on zeros of shape {[size, *example]}: {str(error)[:300]}"
+            log.error("warm-up of version %s failed; /ready stays 503: %s", version.name, self.warm_up_error)
+            return
         self.warm = True
 
     def _timed_run(self, version_model: LoadedModel, batch: Any) -> tuple[list[Any], float]:
@@ -123,26 +154,32 @@ class Service:
         return outputs
 
     def start_shadow(self, shadow: routing.Version, batch: Any, served: list) -> None:
-        """Run the shadow version in the background, or count it skipped when live work would have to wait.
+        """Run the shadow version on a borrowed live slot, or count it skipped.
 
-        It starts only when a live inference slot is free, nothing is queued and the shadow's own single
-        slot is free; it runs on that slot, so a live request never queues behind a shadow run.
+        It starts only when no live request waits and at least two live slots are free: it takes one and
+        leaves one for the next live request. It never adds a slot, so it never uses CPU beyond the live
+        budget; with one slot per worker it never runs (every shadow example is counted as skipped).
         """
-        live_busy = self.inference_slots.available_tokens == 0 or self.queued() > 0
-        if live_busy or self.shadow_slot.available_tokens == 0:
+        if self.inference_slots.available_tokens < 2 or self.queued() > 0:
             self.metrics.observe_shadow(shadow.name, None, served, skipped=True)
             return
-        task = asyncio.get_running_loop().create_task(self._shadow_run(shadow, batch, served))
+        borrower = object()
+        self.inference_slots.acquire_on_behalf_of_nowait(borrower)  # on the loop: nothing took the slot since the check
+        self.shadow_running += 1
+        task = asyncio.get_running_loop().create_task(self._shadow_run(shadow, batch, served, borrower))
         self._background.add(task)  # a reference until it finishes (the loop keeps only weak ones)
         task.add_done_callback(self._background.discard)
 
-    async def _shadow_run(self, shadow: routing.Version, batch: Any, served: list) -> None:
+    async def _shadow_run(self, shadow: routing.Version, batch: Any, served: list, borrower: object) -> None:
         try:
-            outputs = await anyio.to_thread.run_sync(shadow.model.run, batch, limiter=self.shadow_slot)
+            outputs = await anyio.to_thread.run_sync(shadow.model.run, batch)  # the slot is already held
             self.metrics.observe_shadow(shadow.name, shadow.model.postprocess(outputs)["predictions"], served)
         except Exception:
             log.exception("shadow version %s failed", shadow.name)
             self.metrics.observe_shadow(shadow.name, None, served)
+        finally:
+            self.shadow_running -= 1
+            self.inference_slots.release_on_behalf_of(borrower)
 
 
 def get_service(request: Request) -> Service:

@@ -6,10 +6,12 @@ import json
 from typing import Any
 
 import numpy as np
+from starlette.requests import ClientDisconnect
 
 from .model import InputContract
 
 FIELD = "inputs"
+CLIENT_CLOSED = 499  # nginx's status for a client that closed the connection before the answer
 EXCERPT_CHARS = 60  # the most characters of client-sent text an error message repeats
 _INT_DIGITS = 18  # longer integer literals are read as floats: every int kept fits int64, and no int-digits limit is hit
 
@@ -68,7 +70,7 @@ def parse_json(body: bytes) -> Any:
 
 
 async def read_body(request: Any, limit: int) -> bytes:
-    """The request's body; 413 beyond ``limit`` bytes (declared in Content-Length or counted while streaming)."""
+    """The request's body; 413 beyond ``limit`` bytes (declared in Content-Length or counted while streaming), 499 when the client left."""
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -78,11 +80,16 @@ async def read_body(request: Any, limit: int) -> bytes:
         if size > limit:
             raise RequestError(413, "body_too_large", f"the body has {size} bytes; the maximum is {limit} bytes (send smaller batches)")
     chunks, total = [], 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise RequestError(413, "body_too_large", f"the body exceeds the maximum of {limit} bytes (send smaller batches)")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > limit:
+                raise RequestError(413, "body_too_large", f"the body exceeds the maximum of {limit} bytes (send smaller batches)")
+            chunks.append(chunk)
+    except ClientDisconnect:  # not a server error: recorded as 499 (nginx's "client closed request"); nobody reads the answer
+        raise RequestError(
+            CLIENT_CLOSED, "client_closed_request", "the client closed the connection before sending the whole body"
+        ) from None
     return b"".join(chunks)
 
 
@@ -132,7 +139,12 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
         info = np.iinfo(contract.dtype)
         if not np.isfinite(array).all() or array.min() < info.min or array.max() > info.max:
             raise RequestError(422, "out_of_range", f"{FIELD!r} has values outside {contract.dtype.name}'s range {info.min}..{info.max}")
-        raise RequestError(422, "wrong_type", f"{FIELD!r} contains fractional numbers; this model takes integers ({contract.dtype.name})")
+        raise RequestError(
+            422,
+            "wrong_type",
+            f"{FIELD!r} contains numbers written with a decimal point, an exponent or more than {_INT_DIGITS} digits; "
+            f"this model takes integers ({contract.dtype.name}) written as plain integers",
+        )
     rank = len(contract.example_shape)
     if array.ndim == rank:
         single, array = True, array[np.newaxis]
