@@ -8,10 +8,11 @@ import numpy as np
 
 from labsupport.exercises import Exercise, Incorrect
 
-# exercise 1: a grouped-query-attention model (the shape of an 8B-class LLM). The batch (3) differs from
-# query heads / kv heads (4), so ignoring GQA and forgetting the batch cannot cancel into the right answer.
-Q1_LAYERS, Q1_QUERY_HEADS, Q1_KV_HEADS, Q1_HEAD_DIM = 32, 32, 8, 128
-Q1_BATCH, Q1_TOKENS, Q1_BYTES = 3, 4096, 2
+# exercise 1: 48 layers, 40 query heads sharing 8 key/value heads of 128 (a 14B-class shape), with the FP32
+# cache of a CPU genai model. The query/kv ratio (5) is prime to 2 and 3, and the values take 4 bytes, so no mix of
+# the usual mistakes (query heads, K or V only, 2-byte values, one sequence, a batch of 4) cancels into the answer.
+Q1_LAYERS, Q1_QUERY_HEADS, Q1_KV_HEADS, Q1_HEAD_DIM = 48, 40, 8, 128
+Q1_BATCH, Q1_TOKENS, Q1_BYTES = 3, 4096, 4
 
 # exercise 2: a 7-billion-parameter FP16 model in INT4; MatMulNBits keeps the scales in the model's float type (FP16)
 Q2_PARAMETERS, Q2_BLOCK, Q2_SCALE_BYTES = 7e9, 32, 2
@@ -37,23 +38,32 @@ def _check_kv_cache(answer: object) -> str:
     gqa_factor = Q1_QUERY_HEADS / Q1_KV_HEADS
     if _close(value, truth):
         return f"{truth:,.0f} bytes = {truth / 2**30:.2f} GiB of cache for {Q1_BATCH} x {Q1_TOKENS} tokens"
-    if _close(value, truth * gqa_factor / Q1_BATCH):
-        raise Incorrect(
-            f"that uses the {Q1_QUERY_HEADS} query heads and one sequence; cache only the {Q1_KV_HEADS} key/value heads, "
-            f"for each of the {Q1_BATCH} sequences"
-        )
-    if _close(value, truth / 2):
-        raise Incorrect("that is half the answer: the cache stores a key AND a value per layer and head")
-    if _close(value, truth * gqa_factor):
-        raise Incorrect(
-            f"that uses the {Q1_QUERY_HEADS} query heads; with grouped-query attention only the {Q1_KV_HEADS} key/value heads are cached"
-        )
-    if _close(value, truth * 2):
-        raise Incorrect("that is twice the answer: FP16 values take 2 bytes, not 4")
-    if _close(value, truth / Q1_BATCH):
-        raise Incorrect(f"that is one sequence; the batch holds {Q1_BATCH}")
-    if _close(value, truth / 2**30) or _close(value, truth / 1e9):
-        raise Incorrect("answer in bytes, not gigabytes")
+    diagnoses = [
+        (
+            truth * gqa_factor / Q1_BATCH,
+            f"that uses the {Q1_QUERY_HEADS} query heads and one sequence; cache only the "
+            f"{Q1_KV_HEADS} key/value heads, for each of the {Q1_BATCH} sequences",
+        ),
+        (
+            truth * gqa_factor,
+            f"that uses the {Q1_QUERY_HEADS} query heads; with grouped-query attention only the {Q1_KV_HEADS} key/value heads are cached",
+        ),
+        (
+            truth / 2,
+            f"that is half the answer: the cache stores a key AND a value per layer and head, and FP32 values take {Q1_BYTES} bytes, not 2",
+        ),
+        (
+            truth / 4,
+            f"that is a quarter of the answer: the cache stores a key AND a value per layer and head, each of {Q1_BYTES} bytes (FP32)",
+        ),
+        (truth / Q1_BATCH, f"that is one sequence; the batch holds {Q1_BATCH}"),
+        (truth * (Q1_BATCH + 1) / Q1_BATCH, f"that is {Q1_BATCH + 1} sequences; the batch holds {Q1_BATCH}"),
+        (truth / 2**30, "answer in bytes, not gigabytes"),
+        (truth / 1e9, "answer in bytes, not gigabytes"),
+    ]
+    for wrong, reason in diagnoses:
+        if _close(value, wrong):
+            raise Incorrect(reason)
     raise Incorrect(f"{value:,.0f} bytes is not the KV-cache size of this configuration")
 
 
@@ -109,10 +119,10 @@ q1 = Exercise(
         "labsupport.topics.memory.kv_cache_bytes_per_token(LLMArchitecture(...), bytes_per_value) does the per-token part."
     ),
     solution_code="""
-        layers, kv_heads, head_dim, bytes_per_value = 32, 8, 128, 2  # the 32 query heads do not enter: only K and V are cached
+        layers, kv_heads, head_dim, bytes_per_value = 48, 8, 128, 4  # the 40 query heads do not enter: only K and V are cached
         per_token = 2 * layers * kv_heads * head_dim * bytes_per_value  # a key and a value per layer and kv head
         answer = per_token * 4096 * 3  # tokens x sequences
-        # the course's shortcut: kv_cache_bytes_per_token(LLMArchitecture(...), 2) * 4096 * 3 (labsupport.topics.memory)
+        # the course's shortcut: kv_cache_bytes_per_token(LLMArchitecture(...), 4) * 4096 * 3 (labsupport.topics.memory)
     """,
 )
 

@@ -1,9 +1,7 @@
-"""Exercises of notebook 12 (Hugging Face transformers to ONNX): a KV-cache export with Optimum, counting fused Attention nodes."""
+"""Exercises of notebook 12 (Hugging Face transformers to ONNX): a greedy loop over Optimum's with-past export, counting fused Attention nodes."""
 
 from __future__ import annotations
 
-import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -16,73 +14,65 @@ from labsupport.exercises.checks import blame_answer
 from labsupport.models.contract import IR_VERSION, OPSET
 
 PARITY_PROMPTS = 32
-NOTEBOOK_EXPORTS = ("llama_with_past", "llama_with_past_int4")  # folders notebook 12 itself wrote under artifacts/nb12/
 
 
-# ---------------------------------------------------------------- exercise 1: export with past key values
-def _folder(answer: object) -> Path:
-    if not isinstance(answer, (str, os.PathLike)):
-        raise Incorrect(f"expected the path of the exported folder (a str or Path), got {type(answer).__name__}")
-    folder = Path(answer)
-    if not folder.is_dir():
-        raise Incorrect(f"{folder.name!r} is not a folder: give the output folder that main_export / optimum-cli wrote")
-    if not (folder / "model.onnx").is_file():
-        raise Incorrect(f"{folder.name!r} has no model.onnx: is it the export's output folder?")
-    return folder
-
-
-def _not_the_notebooks_own(folder: Path) -> None:
+# ---------------------------------------------------------------- exercise 1: a greedy loop over Optimum's with-past export
+def _with_past_session():
+    """A session of the tiny Llama's with-past export: the notebook's own, or a fresh export when it is missing."""
     from labsupport.course import paths
+    from labsupport.onnxutil.sessions import open_session
 
-    for name in NOTEBOOK_EXPORTS:
-        if folder.resolve() == paths.artifact(f"nb12/{name}").resolve():
-            raise Incorrect(f"artifacts/nb12/{name} is the folder the notebook wrote; export the model yourself, into a new folder")
+    path = paths.artifact("nb12/llama_with_past/model.onnx")
+    if not path.is_file():
+        from optimum.exporters.onnx import main_export
+
+        from labsupport.onnxutil.export import quiet_export
+        from labsupport.topics import hugging_face
+
+        with quiet_export():
+            main_export(str(hugging_face.ensure_tiny_llama()), str(path.parent), task="text-generation-with-past")
+    return open_session(path, threads=1, inter_op_threads=1)
 
 
-def _check_past_export(answer: object) -> str:
-    folder = _folder(answer)
-    _not_the_notebooks_own(folder)
-    if not (folder / "config.json").is_file():
-        raise Incorrect(f"{folder.name!r} has no config.json: Optimum's export writes one next to model.onnx")
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    if config.get("model_type") != "llama":
-        raise Incorrect(f"that folder holds a {config.get('model_type')!r} model, not the tiny Llama")
-    with blame_answer("onnx cannot read the folder's model.onnx (an interrupted export?)"):
-        graph = onnx.load(folder / "model.onnx", load_external_data=False).graph
-    inputs = [i.name for i in graph.input]
-    if not any(name.startswith("past_key_values") for name in inputs):
-        raise Incorrect(f"the model has no past_key_values inputs ({inputs}): export with task='text-generation-with-past'")
-    if any(node.op_type == "MatMulNBits" for node in graph.node):
-        raise Incorrect("that model is quantized (MatMulNBits): the exercise asks for the FP32 export itself")
-
-    from optimum.onnxruntime import ORTModelForCausalLM
+def _check_loop(answer: object) -> str:
+    if not callable(answer):
+        raise Incorrect(f"expected a function (session, prompts, new_tokens) -> token array, got {type(answer).__name__}")
     from transformers import AutoModelForCausalLM
 
     from labsupport.models import tiny_transformer
     from labsupport.topics import hugging_face
 
     prompts = tiny_transformer.make_reversal_data(PARITY_PROMPTS, seed=7).prompts
-    want = hugging_face.greedy_tokens(
-        AutoModelForCausalLM.from_pretrained(hugging_face.ensure_tiny_llama()).eval(), prompts, tiny_transformer.ANSWER_LENGTH
-    )
-    with blame_answer("ORTModelForCausalLM cannot load or run the folder"):
-        got = hugging_face.greedy_tokens(ORTModelForCausalLM.from_pretrained(str(folder)), prompts, tiny_transformer.ANSWER_LENGTH)
-    differ = int(np.sum(np.any(got != want, axis=1)))
+    steps = tiny_transformer.ANSWER_LENGTH
+    want = hugging_face.greedy_tokens(AutoModelForCausalLM.from_pretrained(hugging_face.ensure_tiny_llama()).eval(), prompts, steps)
+    session = _with_past_session()
+    with blame_answer("your loop failed on the session"):
+        got = answer(session, prompts.copy(), steps)
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        raise Incorrect(f"expected the new tokens only, shape (prompts, new_tokens) = {want.shape}, got {got.shape}")
+    if not np.issubdtype(got.dtype, np.integer):
+        raise Incorrect(f"expected integer token ids, got dtype {got.dtype}")
+    differ = sum(hugging_face.until_eos(g) != hugging_face.until_eos(w) for g, w in zip(got, want, strict=True))
     if differ:
         raise Incorrect(
-            f"{differ} of {PARITY_PROMPTS} greedy generations differ from transformers': was it exported from hugging_face.ensure_tiny_llama()?"
+            f"{differ} of {PARITY_PROMPTS} rows differ from transformers' greedy tokens: does each step feed only the new token, "
+            "the past from the previous step's present.*, position_ids that continue after the prompt, and an attention_mask "
+            "one longer each step?"
         )
-    return f"{len(inputs) - 3} past_key_values inputs, and {PARITY_PROMPTS} greedy generations token-exact with transformers"
+    return f"{PARITY_PROMPTS} greedy generations token-exact with transformers, from ONNX Runtime calls alone"
 
 
 # ---------------------------------------------------------------- exercise 2: count the fused Attention nodes
 MS = "com.microsoft"
+NCHWC = "com.microsoft.nchwc"
 # (nodes as (op_type, domain), the count of com.microsoft Attention nodes)
 Q2_GRAPHS: list[tuple[list[tuple[str, str]], int]] = [
     ([("Attention", MS)] * 3 + [("MultiHeadAttention", MS), ("Softmax", "")], 3),
     ([("MatMul", ""), ("Softmax", ""), ("Softmax", "")], 0),
     ([("GroupQueryAttention", MS)] * 2 + [("Attention", MS), ("Attention", "my.custom.domain")], 1),
     ([("Attention", ""), ("Attention", MS), ("Softmax", "")], 1),  # ai.onnx has its own Attention since opset 23
+    ([("Attention", NCHWC), ("Attention", MS)], 1),  # a look-alike domain (ORT's own name; the graph is never run)
 ]
 
 
@@ -93,7 +83,12 @@ def _write_graph(nodes: list[tuple[str, str]], path: Path) -> None:
     first = helper.make_tensor_value_info(names[0], TensorProto.FLOAT, [1])
     last = helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, [1])
     graph = helper.make_graph(graph_nodes, "count_me", [first], [last])
-    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1), helper.make_opsetid("my.custom.domain", 1)]
+    opsets = [
+        helper.make_opsetid("", OPSET),
+        helper.make_opsetid(MS, 1),
+        helper.make_opsetid("my.custom.domain", 1),
+        helper.make_opsetid(NCHWC, 1),
+    ]
     onnx.save(helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION), path)
 
 
@@ -115,20 +110,33 @@ def _check_count(answer: object) -> str:
 
 q1 = Exercise(
     1,
-    "export with past key values",
-    _check_past_export,
+    "a greedy loop over the with-past export",
+    _check_loop,
     hint=(
-        "main_export(hugging_face.ensure_tiny_llama(), <folder>, task=...) with the task whose name ends in '-with-past'; "
-        "the folder can be paths.artifact('nb12/my_export')."
+        "Read session.get_inputs(): the past's shape is (batch, key/value heads, past length, head size), so the empty past "
+        "is np.zeros((batch, 2, 0, 16), np.float32) for each past_key_values.* input. Step 0 feeds the prompt with "
+        "position_ids 0..length-1 and a mask of ones; each later step feeds the argmax token, position_ids = the last + 1, "
+        "a mask one column longer, and the present.* outputs as the next past (same order)."
     ),
     solution_code="""
-        from optimum.exporters.onnx import main_export
+        import numpy as np
 
-        from labsupport.course import paths
-        from labsupport.topics import hugging_face
-
-        answer = paths.artifact("nb12/exercise_with_past")
-        main_export(str(hugging_face.ensure_tiny_llama()), str(answer), task="text-generation-with-past")
+        def answer(session, prompts, new_tokens):
+            inputs = session.get_inputs()
+            past_inputs = [i for i in inputs if i.name.startswith("past_key_values")]
+            batch, length = prompts.shape
+            _, kv_heads, _, head_size = past_inputs[0].shape  # the key/value heads, not the query heads
+            past = {i.name: np.zeros((batch, kv_heads, 0, head_size), np.float32) for i in past_inputs}
+            ids, positions, mask = prompts, np.tile(np.arange(length), (batch, 1)), np.ones((batch, length), np.int64)
+            new = []
+            for _ in range(new_tokens):
+                logits, *presents = session.run(None, {"input_ids": ids, "position_ids": positions, "attention_mask": mask, **past})
+                ids = logits[:, -1].argmax(-1)[:, None]
+                new.append(ids)
+                past = dict(zip(past, presents, strict=True))  # present.i.key/value come in the past inputs' order
+                positions = positions[:, -1:] + 1
+                mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
+            return np.concatenate(new, axis=1)
     """,
 )
 

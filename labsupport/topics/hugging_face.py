@@ -60,7 +60,7 @@ LLAMA_FOLDER, BERT_FOLDER = "nb12/tiny_llama", "nb12/tiny_bert"
 RECIPE_NAME = "labsupport_recipe.json"
 LLAMA_STEPS, BERT_STEPS = 400, 300
 ORDER_LABELS = {0: "first<=last", 1: "first>last"}
-GENAI_MAX_BATCH = 32  # onnxruntime-genai's CPU generator accepts batches of 1..32
+GENAI_MAX_BATCH = 32  # onnxruntime-genai 0.15.2 refused batch_size 33: "batch_size (33) must be in [1, 32]" (notebook 12)
 # what the tiny Llama and the tiny BERT share: notebook 11's vocabulary, width 64, 2 layers of 4 heads, MLP 256
 TINY_SHAPE = {
     "vocab_size": len(tiny_transformer.VOCAB),

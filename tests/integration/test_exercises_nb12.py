@@ -1,65 +1,57 @@
 """Exercises of notebook 12: typical wrong answers fail (the reference solutions pass in tests/integration/test_exercises_api.py)."""
 
-import shutil
-
 import numpy as np
 import onnx
-import pytest
-import torch
 
 from labsupport.exercises import CORRECT, INCORRECT, nb12
-from labsupport.topics import hugging_face
 
 
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    """A no-past export of the course Llama, and a with-past export of another (untrained) Llama."""
-    from optimum.exporters.onnx import main_export
-    from transformers import LlamaForCausalLM
+def make_loop(*, kv_heads=None, restart_positions=False, grow_mask=True, keep_past=True, with_prompt=False, as_float=False):
+    """The reference greedy loop over the with-past export, with one known mistake switched on."""
 
-    root = tmp_path_factory.mktemp("nb12")
-    main_export(str(hugging_face.ensure_tiny_llama()), str(root / "no_past"), task="text-generation")
-    torch.manual_seed(1)
-    LlamaForCausalLM(hugging_face.tiny_llama_config()).save_pretrained(root / "other")
-    hugging_face.build_tokenizer().save_pretrained(root / "other")
-    main_export(str(root / "other"), str(root / "other_with_past"), task="text-generation-with-past")
-    return root
+    def loop(session, prompts, new_tokens):
+        past_inputs = [i for i in session.get_inputs() if i.name.startswith("past_key_values")]
+        batch, length = prompts.shape
+        _, heads, _, head_size = past_inputs[0].shape
+        empty = {i.name: np.zeros((batch, kv_heads or heads, 0, head_size), np.float32) for i in past_inputs}
+        past, ids = dict(empty), prompts
+        positions, mask = np.tile(np.arange(length), (batch, 1)), np.ones((batch, length), np.int64)
+        new = []
+        for _ in range(new_tokens):
+            logits, *presents = session.run(None, {"input_ids": ids, "position_ids": positions, "attention_mask": mask, **past})
+            ids = logits[:, -1].argmax(-1)[:, None]
+            new.append(ids)
+            past = dict(zip(past, presents, strict=True)) if keep_past else dict(empty)
+            positions = np.zeros_like(ids) if restart_positions else positions[:, -1:] + 1
+            if grow_mask:
+                mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
+            elif not keep_past:
+                mask = np.ones((batch, 1), np.int64)
+        tokens = np.concatenate([prompts, *new] if with_prompt else new, axis=1)
+        return tokens.astype(np.float32) if as_float else tokens
 
-
-def test_q1_rejects_wrong_folders(exports, tmp_path):
-    (tmp_path / "empty").mkdir()
-    hugging_face.save_unsupported_decoder(tmp_path / "ministral")
-    onnx.save(onnx.load(exports / "no_past" / "model.onnx"), tmp_path / "ministral" / "model.onnx")
-    for wrong, reason in [
-        (exports / "no_past", "no past_key_values inputs"),
-        (exports / "other_with_past", "differ from transformers'"),
-        (tmp_path / "ministral", "not the tiny Llama"),
-        (tmp_path / "empty", "has no model.onnx"),
-        (tmp_path / "missing", "is not a folder"),
-        (42, "expected the path"),
-    ]:
-        outcome = nb12.q1.evaluate(wrong)
-        assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
+    return loop
 
 
-def test_q1_blames_the_answer_for_broken_or_borrowed_folders(exports, tmp_path, monkeypatch):
+def test_q1_accepts_the_loop_and_exports_when_the_notebook_has_not(tmp_path, monkeypatch):
     from labsupport.course import paths
-    from labsupport.topics.quantization import make_int4
 
-    corrupt = shutil.copytree(exports / "other_with_past", tmp_path / "corrupt")
-    (corrupt / "model.onnx").write_bytes((corrupt / "model.onnx").read_bytes()[:5000])  # an interrupted export
-    no_config = shutil.copytree(exports / "other_with_past", tmp_path / "no_config")
-    (no_config / "config.json").unlink()
-    quantized = shutil.copytree(exports / "other_with_past", tmp_path / "quantized")
-    make_int4(exports / "other_with_past" / "model.onnx", quantized / "model.onnx", block_size=32)
     monkeypatch.setenv(paths.ARTIFACTS_ENV_VAR, str(tmp_path / "artifacts"))
-    notebooks_own = shutil.copytree(exports / "other_with_past", paths.artifact("nb12/llama_with_past"))
+    assert nb12.q1.evaluate(make_loop()).status == CORRECT
+    assert paths.artifact("nb12/llama_with_past/model.onnx").is_file()
+    assert nb12.q1.evaluate(nb12.q1.reference_answer()).status == CORRECT
+
+
+def test_q1_rejects_typical_loop_mistakes():
     for wrong, reason in [
-        (corrupt, "onnx cannot read the folder's model.onnx"),
-        (no_config, "has no config.json"),
-        (quantized, "quantized (MatMulNBits)"),
-        (notebooks_own, "the folder the notebook wrote"),
-        (str(notebooks_own), "the folder the notebook wrote"),
+        (make_loop(kv_heads=4), "your loop failed on the session"),  # the 4 query heads in the empty past
+        (make_loop(restart_positions=True), "rows differ from transformers'"),  # position_ids back to 0 every step
+        (make_loop(grow_mask=False), "your loop failed on the session"),  # the mask stays the prompt's length
+        (make_loop(keep_past=False), "rows differ from transformers'"),  # the past dropped: each step sees one token
+        (make_loop(with_prompt=True), "the new tokens only"),
+        (make_loop(as_float=True), "integer token ids"),
+        (lambda session, prompts, new_tokens: np.zeros((len(prompts), new_tokens), np.int64), "rows differ"),
+        ("main_export", "expected a function"),
     ]:
         outcome = nb12.q1.evaluate(wrong)
         assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
@@ -77,6 +69,8 @@ def test_q2_rejects_typical_counting_mistakes():
         (count_op_type(lambda node: node.op_type == "Attention"), "your function says 2"),
         (count_op_type(lambda node: node.op_type == "Softmax"), "your function says 1"),
         (count_op_type(lambda node: node.op_type == "Attention" and node.domain in ("com.microsoft", "")), "your function says 2"),
+        (count_op_type(lambda node: node.op_type == "Attention" and "microsoft" in node.domain), "your function says 2"),
+        (count_op_type(lambda node: node.op_type == "Attention" and node.domain.startswith("com")), "your function says 2"),
         (lambda path: 2, "your function says 2"),
         (lambda path: "3", "whole number"),
         (lambda path: 3.0, "whole number"),

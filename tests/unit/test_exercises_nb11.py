@@ -1,5 +1,7 @@
 """Exercises of notebook 11: every reference solution passes, typical wrong answers fail, ____ is not attempted."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -7,17 +9,18 @@ from labsupport.exercises import CORRECT, INCORRECT, nb11
 
 
 def test_q1_kv_cache_value_and_wrong_answers():
-    right = 2 * 32 * 8 * 128 * 2 * 4096 * 3
-    assert nb11.q1.reference_answer() == right == 3 * 2**29
+    right = 2 * 48 * 8 * 128 * 4 * 4096 * 3  # 2 (K and V) x layers x kv heads x head_dim x FP32 bytes x tokens x batch
+    assert nb11.q1.reference_answer() == right == 4.5 * 2**30
     for accepted in [float(right), np.int64(right), right * 1.009]:
         assert nb11.q1.evaluate(accepted).status == CORRECT, accepted
     for wrong, reason in [
-        (2 * 32 * 32 * 128 * 2 * 4096, "query heads and one sequence"),  # no GQA and no batch: the review's accepted pair
-        (2 * 32 * 32 * 128 * 2 * 4096 * 4, "is not the KV-cache size"),  # the old batch of 4, the old right answer
-        (right / 2, "key AND a value"),
-        (right * 4, "query heads"),
-        (right * 2, "2 bytes"),
+        (2 * 48 * 40 * 128 * 4 * 4096, "query heads and one sequence"),
+        (right * 5, "query heads"),
+        (48 * 8 * 128 * 4 * 4096 * 3, "key AND a value"),  # K or V only, with the right 4-byte values (the review's)
+        (2 * 48 * 8 * 128 * 2 * 4096 * 3, "take 4 bytes, not 2"),  # FP16 values
+        (48 * 8 * 128 * 2 * 4096 * 3, "a quarter"),  # K or V only and FP16
         (right / 3, "one sequence"),
+        (2 * 48 * 8 * 128 * 4 * 4096 * 4, "that is 4 sequences"),  # the review's batch of 4: no longer blamed on query heads
         (right / 2**30, "bytes, not gigabytes"),
         (right / 1e9, "bytes, not gigabytes"),
         (right * 8, "is not the KV-cache size"),  # bits
@@ -31,6 +34,14 @@ def test_q1_kv_cache_value_and_wrong_answers():
     ]:
         outcome = nb11.q1.evaluate(wrong)
         assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
+
+
+def test_q1_no_mix_of_the_usual_mistakes_gives_the_answer():
+    right = nb11.q1.reference_answer()
+    factors = {"query heads": [1, 5], "K or V only": [1, 0.5], "2- or 1-byte values": [1, 0.5, 0.25], "batch": [1, 1 / 3, 4 / 3, 2 / 3]}
+    for heads, kv, width, batch in itertools.product(*factors.values()):
+        if (heads, kv, width, batch) != (1, 1, 1, 1):
+            assert nb11.q1.evaluate(right * heads * kv * width * batch).status == INCORRECT, (heads, kv, width, batch)
 
 
 def test_q2_int4_size_and_wrong_answers():
