@@ -123,6 +123,7 @@ def test_admin_api_needs_a_token_and_refuses_bad_documents(versions):
                 "version 3 takes \\[64\\] float32; the service takes \\[1, 8, 8\\]",
             ),
             (_document({**versions, "2": "missing.onnx"}), "model file not found"),
+            ({**_document(versions, percent=10), "challenger_precent": 50}, "unknown field.*challenger_precent"),
         ]
         for document, message in cases:
             response = client.put("/admin/routing", json=document, headers=AUTH)

@@ -52,8 +52,8 @@ def test_q2_judges_the_document_as_the_service_receives_it():
 
     good = {"versions": VERSIONS, "aliases": {"champion": "2", "challenger": "3"}, "challenger_percent": 25, "shadow": "3"}
     cases = {
-        # an invented field the service would ignore silently
-        "invented field": ({**good, "shadow_percent": 75}, "unknown field(s) ['shadow_percent']"),
+        # an invented field: the service refuses it (ignored, a typo would leave the split at 0)
+        "invented field": ({**good, "shadow_percent": 75}, "would refuse it: unknown field(s) 'shadow_percent'"),
         # a typo: the service would read no percentage at all and turn the canary off
         "typo": ({k: v for k, v in good.items() if k != "challenger_percent"} | {"challenger_precent": 25}, "challenger_precent"),
         # int version names and alias values: over JSON the keys become strings and the values stay ints

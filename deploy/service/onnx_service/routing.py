@@ -99,6 +99,9 @@ def _check_versions(versions: Any) -> dict[str, str]:
     return dict(versions)
 
 
+DOCUMENT_FIELDS = ("versions", "aliases", "challenger_percent", "shadow")
+
+
 def _value(value: Any) -> str:
     """A bounded excerpt of any JSON value a client sent."""
     return excerpt(value) if isinstance(value, str) else f"a JSON {type(value).__name__}"
@@ -107,6 +110,9 @@ def _value(value: Any) -> str:
 def _check_document(document: Any) -> tuple[dict[str, str], dict[str, str], int, str | None]:
     if not isinstance(document, dict):
         raise RoutingError('expected a JSON object like {"versions": {...}, "aliases": {"champion": ...}}')
+    unknown = sorted(excerpt(str(key)) for key in document if key not in DOCUMENT_FIELDS)[:5]
+    if unknown:  # a misspelt "challenger_precent" would otherwise be ignored and the split left at 0
+        raise RoutingError(f"unknown field(s) {', '.join(unknown)}: a routing document has only {', '.join(DOCUMENT_FIELDS)}")
     versions, aliases = _check_versions(document.get("versions")), document.get("aliases")
     if not isinstance(aliases, dict) or CHAMPION not in aliases:
         raise RoutingError('"aliases" must name the champion version, e.g. {"champion": "1"}')
