@@ -140,14 +140,14 @@ def _bound_port(log_text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _launch(env: dict[str, str], cpus: set[int] | None) -> tuple[subprocess.Popen, Path]:
+def _launch(env: dict[str, str], cpus: set[int] | None, launcher: Sequence[str] = ()) -> tuple[subprocess.Popen, Path]:
     """Start ``python -m onnx_service`` with ``env``, its output going to a fresh log file; returns the process and the log."""
     handle, log_name = tempfile.mkstemp(prefix="onnx-service-", suffix=".log")
     log_path = Path(log_name)
     _LOGS.append(log_path)
     with os.fdopen(handle, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", SERVICE_MODULE],
+            [*launcher, sys.executable, "-m", SERVICE_MODULE],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -189,20 +189,22 @@ def start(
     handler: str = "threadpool",
     ready_timeout: float = 90.0,
     cpus: set[int] | None = None,
+    launcher: Sequence[str] = (),
     **settings: object,
 ) -> Service:
     """Start ``python -m onnx_service`` for ``model`` on 127.0.0.1, port 0, and wait until GET /ready answers 200.
 
     The service binds a free port itself; ``Service.port`` is the one it reports. ``settings`` are
     service settings in lower case (``threads``, ``max_batch``, ``batching``, ``model_sha256``...);
-    ``cpus`` pins the process to those CPUs (Linux affinity, like ``taskset``). Raises ServiceError
+    ``cpus`` pins the process to those CPUs (Linux affinity, like ``taskset``); ``launcher`` goes before the
+    Python command (e.g. ``["qemu-x86_64", "-cpu", "Haswell-v4"]``: another CPU). Raises ServiceError
     with the service's own message if it exits or never gets ready.
     """
     if workers < 1 or workers > 8:
         raise ValueError(f"workers must be between 1 and 8 on a laptop, got {workers}")
     if cpus is not None and not hasattr(os, "sched_setaffinity"):
         raise ValueError("cpus= needs CPU affinity masks, which only Linux has")
-    process, log_path = _launch(service_env(model, 0, workers=workers, handler=handler, **settings), cpus)
+    process, log_path = _launch(service_env(model, 0, workers=workers, handler=handler, **settings), cpus, launcher)
     service = Service(process, "", 0, log_path, {"workers": workers, "handler": handler, **settings})
     if _wait_until_ready(service, ready_timeout):
         return service

@@ -41,8 +41,8 @@ def _requirements() -> dict[str, str]:
     for line in (SERVICE / "requirements.txt").read_text(encoding="utf-8").splitlines():
         line = line.split("#")[0].strip()
         if line:
-            match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", line)
-            assert match, f"deploy/service/requirements.txt: {line!r} is not an exact pin (name==version)"
+            match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^;\s]+)(\s*;.+)?", line)
+            assert match, f"deploy/service/requirements.txt: {line!r} is not an exact pin (name==version, maybe ; marker)"
             pins[match.group(1).lower()] = match.group(2)
     return pins
 
@@ -87,7 +87,7 @@ def _top_level_imports(package: Path) -> set[str]:
 def test_requirements_cover_what_the_service_imports():
     imported = _top_level_imports(SERVICE / "onnx_service")
     third_party = {name for name in imported if name not in sys.stdlib_module_names}
-    provided = set(_requirements()) | {"starlette", "anyio"}  # both come with fastapi
+    provided = {name.replace("-", "_") for name in _requirements()} | {"starlette", "anyio"}  # both come with fastapi
     assert third_party <= provided, f"imported but not in deploy/service/requirements.txt: {third_party - provided}"
 
 

@@ -20,7 +20,7 @@ import sys
 
 from . import LISTENING, PARENT_PID
 from .app import create_app
-from .config import HANDLERS, ConfigError, Settings
+from .config import HANDLERS, PROVIDERS, ConfigError, Settings
 from .cpus import cpu_budget
 from .model import LoadedModel, ModelError, load_served_model
 from .routing import RoutingError
@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, help="port (ONNX_SERVICE_PORT, default 8080)")
     parser.add_argument("--workers", type=int, help="uvicorn worker processes (ONNX_SERVICE_WORKERS, default 1)")
     parser.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads per worker (ONNX_SERVICE_THREADS, default 1)")
+    parser.add_argument("--provider", choices=PROVIDERS, help="cpu (default) or openvino (ONNX_SERVICE_PROVIDER)")
     parser.add_argument("--max-batch", type=int, help="most examples per request (ONNX_SERVICE_MAX_BATCH, default 64)")
     parser.add_argument("--max-body-bytes", type=int, help="largest request body (ONNX_SERVICE_MAX_BODY_BYTES, default 1048576)")
     parser.add_argument("--handler", choices=HANDLERS, help="threadpool (default) or naive (blocks the event loop; for the notebook)")
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
     try:
         settings = Settings.from_env(**overrides)
-        model = load_served_model(settings.model, settings.model_sha256, settings.threads, settings.model_name)
+        model = load_served_model(settings.model, settings.model_sha256, settings.threads, settings.model_name, settings.provider)
         app = create_app(settings, model)  # loads and checks the routing document's versions too
     except (ConfigError, ModelError, RoutingError) as error:
         return _cannot_start(error)

@@ -107,7 +107,7 @@ async def _admin_refusal(request: Request, refusal: admin.AdminRefusal) -> JSONR
 def create_app(settings: Settings | None = None, model: LoadedModel | None = None) -> FastAPI:
     """The application for ``settings`` (default: from the environment); loads the model unless one is given."""
     settings = settings or Settings.from_env()
-    model = model or load_served_model(settings.model, settings.model_sha256, settings.threads, settings.model_name)
+    model = model or load_served_model(settings.model, settings.model_sha256, settings.threads, settings.model_name, settings.provider)
     service = Service(settings, model, cpu_budget())
     if settings.routing:
         service.router = routing.build(_read_routing(settings.routing), service.router, service.load_version, service.make_batcher)

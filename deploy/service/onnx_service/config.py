@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
+from .providers import PROVIDERS
+
 PREFIX = "ONNX_SERVICE_"
 HANDLERS = ("threadpool", "naive")
 
@@ -26,6 +28,7 @@ class Settings:
     port: int = 8080
     workers: int = 1  # uvicorn worker processes (each loads its own copy of the model)
     threads: int = 1  # ONNX Runtime intra-op threads per session
+    provider: str = "cpu"  # "cpu" (ONNX Runtime's CPU provider) or "openvino" (the onnxruntime-ep-openvino plugin, Intel CPUs)
     max_batch: int = 64  # most examples accepted in one request
     max_body_bytes: int = 1_048_576  # largest request body accepted (1 MiB)
     handler: str = "threadpool"  # "threadpool" (inference off the event loop) or "naive" (blocks it; for the notebook)
@@ -84,6 +87,8 @@ class Settings:
             raise bad("max_body_bytes", "at least 1024 bytes")
         if self.handler not in HANDLERS:
             raise bad("handler", " or ".join(HANDLERS))
+        if self.provider not in PROVIDERS:
+            raise bad("provider", " or ".join(PROVIDERS))
         if self.log_level.lower() not in {"critical", "error", "warning", "info", "debug", "trace"}:
             raise bad("log_level", "critical, error, warning, info, debug or trace")
 

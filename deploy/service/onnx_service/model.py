@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from . import providers
+
 # ONNX Runtime type strings -> NumPy dtypes the service accepts as model inputs
 _NUMPY_TYPES = {
     "tensor(float)": np.float32,
@@ -99,6 +101,7 @@ class LoadedModel:
             "sha256": self.sha256,
             "opset": self.opset,
             "producer": self.producer,
+            "providers": self.session.get_providers(),
             "inputs": [self.input.describe()],
             "outputs": [spec.describe() for spec in self.outputs],
         }
@@ -126,7 +129,7 @@ class LoadedModel:
         return result
 
 
-def load_served_model(path: str | Path, expected_sha256: str = "", threads: int = 1, name: str = "") -> LoadedModel:
+def load_served_model(path: str | Path, expected_sha256: str = "", threads: int = 1, name: str = "", provider: str = "cpu") -> LoadedModel:
     """Verify and load an ONNX classifier; raise ModelError with a message that says what is wrong and how to fix it."""
     import onnx
     import onnxruntime as ort
@@ -154,7 +157,10 @@ def load_served_model(path: str | Path, expected_sha256: str = "", threads: int 
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(path), options, providers=providers.prepare(provider, options))
+        providers.check_started(provider, session)
+    except providers.ProviderError as error:
+        raise ModelError(str(error)) from None
     except Exception as error:
         raise ModelError(f"ONNX Runtime cannot load {path.name}: {error}") from None
     inputs, outputs = session.get_inputs(), session.get_outputs()

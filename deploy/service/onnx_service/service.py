@@ -83,7 +83,7 @@ class Service:
 
     def load_version(self, path: str) -> LoadedModel:
         """Load another version of the model with the service's thread setting."""
-        return load_served_model(path, threads=self.settings.threads)
+        return load_served_model(path, threads=self.settings.threads, provider=self.settings.provider)
 
     def waiting_for_slot(self) -> int:
         """Threadpool mode: requests that wait for an inference slot (the running ones hold one)."""
