@@ -65,9 +65,9 @@ def _answer_cell(notebook, exercise) -> str:
 
 def _revealed(notebook, exercise, committed) -> list[str]:
     """Lines of the exercise's reference solution in its answer cell, other than imports, comments and
-    the committed answer's own lines (such as ``def answer(pixels):``)."""
-    index, start, end = student.answer_block(committed, exercise.number)
-    template = {line.strip() for line in committed.cells[index].source.splitlines()[start : end + 1]}
+    the lines the committed answer cell shows every learner anyway (such as ``def answer(pixels):``)."""
+    index, _, _ = student.answer_block(committed, exercise.number)
+    template = {line.strip() for line in committed.cells[index].source.splitlines()}
     solution = {line.strip() for line in _solution_source(exercise).splitlines()} - template
     meaningful = {line for line in solution if line and not line.startswith(("#", "import ", "from "))}
     return sorted(meaningful & {line.strip() for line in _answer_cell(notebook, exercise).splitlines()})
