@@ -131,12 +131,26 @@ def _single_input(model: onnx.ModelProto, name: str, features: int) -> None:
         raise Incorrect(f"the second dimension of {name!r} must be {features}")
 
 
-def _expect_initializer(model: onnx.ModelProto, weight: np.ndarray) -> None:
-    """``Incorrect`` unless an initializer holds ``weight`` unchanged (softmax hides a constant added to every column of W)."""
-    if not any(np.array_equal(numpy_helper.to_array(t), weight) for t in model.graph.initializer):
+def _matmul_weights(model: onnx.ModelProto) -> list[np.ndarray]:
+    """The constant right-hand operands of the graph's MatMul and Gemm nodes (Gemm's ``transB`` undone)."""
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    weights = []
+    for node in model.graph.node:
+        if node.op_type in {"MatMul", "Gemm"} and len(node.input) > 1 and node.input[1] in constants:
+            transposed = any(a.name == "transB" and a.i for a in node.attribute) if node.op_type == "Gemm" else False
+            weights.append(constants[node.input[1]].T if transposed else constants[node.input[1]])
+    return weights
+
+
+def _expect_weight(model: onnx.ModelProto, weight: np.ndarray) -> None:
+    """``Incorrect`` unless the matrix product multiplies by ``weight`` unchanged (softmax hides a constant added to W)."""
+    if not any(np.array_equal(found, weight) for found in _matmul_weights(model)):
         raise Incorrect(
-            f"no initializer holds Q1_WEIGHT unchanged (shape {weight.shape}): the probabilities can still agree, since "
-            "softmax ignores a constant added to every logit of a row; store exactly the given W"
+            f"the MatMul (or Gemm) does not multiply by Q1_WEIGHT unchanged (shape {weight.shape}): the probabilities can "
+            "still agree, since softmax ignores a constant added to every logit of a row; store exactly the given W and use it"
         )
 
 
@@ -157,7 +171,7 @@ def _check_q1(answer: object) -> str:
             raise Incorrect("the output equals x @ W: the Softmax node is missing")
         if not np.allclose(probs, softmax(x @ Q1_WEIGHT), atol=1e-5):
             raise Incorrect("the output is not softmax(x @ Q1_WEIGHT) over the last axis (check W and the Softmax axis)")
-    _expect_initializer(model, Q1_WEIGHT)
+    _expect_weight(model, Q1_WEIGHT)
     return "softmax(x @ W) with a dynamic batch: checker, ONNX Runtime and numpy agree"
 
 

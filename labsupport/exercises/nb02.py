@@ -101,8 +101,9 @@ def _exercise2_inputs() -> list[np.ndarray]:
     return [dark, bright, images[16:21], just_above, just_below]
 
 
-# constant batches at the two ends of the pixel range: any threshold in between sends them down different branches
-_EXTREME_BATCHES = (np.full((2, 1, 8, 8), 0.01, np.float32), np.ones((2, 1, 8, 8), np.float32))
+# constant batches from far below to far above the pixel range (0..1): any threshold in between sends them down
+# different branches, so a threshold written in 0..16 pixel units (4.8) or below zero is blamed on the condition
+_EXTREME_BATCHES = tuple(np.full((2, 1, 8, 8), value, np.float32) for value in (-1.0, 0.01, 1.0, 20.0))
 
 
 def _branch_taken(feed: np.ndarray, got: np.ndarray) -> str | None:
@@ -129,7 +130,7 @@ def _expect_branches(feeds: list[np.ndarray], outputs: list[np.ndarray], extreme
             raise Incorrect(f"for a batch whose mean is {side} {BRIGHT_THRESHOLD} the output is neither image * 0.5 nor image")
         if set(taken) == {branch} and len(set(extremes)) == 1:
             raise Incorrect(
-                f"the exported model takes the {branch!r} branch for every batch, even for all-0.01 and all-1.0 pixels: "
+                f"the exported model takes the {branch!r} branch for every batch, even for constant pixels from -1 to 20: "
                 "both branches must survive the export"
             )
         raise Incorrect(

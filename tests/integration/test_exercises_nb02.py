@@ -104,8 +104,9 @@ class _Threshold(nn.Module):
         return torch.where(image.mean() > self.threshold, image * 0.5, image)
 
 
-# 0.1, 0.45 and 0.5 send every test batch down one branch, yet the Where keeps both: the condition is what is wrong
-@pytest.mark.parametrize("threshold", [0.1, 0.2, 0.25, 0.295, 0.305, 0.35, 0.4, 0.45, 0.5])
+# 0.1, 0.45, 0.5, -0.5 and 4.8 (0..16 pixel units) send every test batch down one branch, yet the Where keeps both:
+# the condition is what is wrong
+@pytest.mark.parametrize("threshold", [-0.5, 0.1, 0.2, 0.25, 0.295, 0.305, 0.35, 0.4, 0.45, 0.5, 4.8])
 def test_q2_rejects_a_wrong_threshold_and_blames_the_condition(threshold):
     outcome = nb02.q2.evaluate(_Threshold(threshold))
     assert outcome.status == INCORRECT and "check the condition and the threshold" in outcome.message, outcome.message

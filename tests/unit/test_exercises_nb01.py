@@ -28,6 +28,30 @@ def _q1_model(*, softmax: bool = True, batch: object = "batch", weight: np.ndarr
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
 
+def _stores_w_but_uses_a_shifted_copy():
+    model = _q1_model(weight=Q1_WEIGHT + 0.5)
+    model.graph.initializer.append(numpy_helper.from_array(Q1_WEIGHT, "W_unused"))
+    return model
+
+
+def _gemm_with_w_transposed():
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gemm", ["x", "Wt"], ["logits"], transB=1),
+            helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+        ],
+        "q1",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 4])],
+        [numpy_helper.from_array(Q1_WEIGHT.T.copy(), "Wt")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def test_q1_accepts_gemm_with_the_weight_stored_transposed():
+    assert q1.evaluate(_gemm_with_w_transposed()).status == CORRECT
+
+
 def test_every_exercise_is_listed():
     assert [q1, q2, q3] == nb01.EXERCISES
 
@@ -63,8 +87,9 @@ def test_q1_names_the_fix_when_make_model_stamps_versions_ort_refuses(versions):
         (lambda: _q1_model(axis=0), "not softmax"),
         (lambda: _q1_model(weight=Q1_WEIGHT * 1.01), "not softmax"),
         (lambda: _q1_model(weight=Q1_WEIGHT.T.copy().reshape(6, 4)), "not softmax"),
-        (lambda: _q1_model(weight=Q1_WEIGHT + 0.5), "no initializer holds Q1_WEIGHT"),
-        (lambda: _q1_model(weight=Q1_WEIGHT - 2.0), "no initializer holds Q1_WEIGHT"),
+        (lambda: _q1_model(weight=Q1_WEIGHT + 0.5), "does not multiply by Q1_WEIGHT unchanged"),
+        (lambda: _q1_model(weight=Q1_WEIGHT - 2.0), "does not multiply by Q1_WEIGHT unchanged"),
+        (_stores_w_but_uses_a_shifted_copy, "does not multiply by Q1_WEIGHT unchanged"),
         (lambda: "model.onnx", "expected the softmax"),
     ],
     ids=[
@@ -76,6 +101,7 @@ def test_q1_names_the_fix_when_make_model_stamps_versions_ort_refuses(versions):
         "weights-reshaped",
         "weights-shifted-up",  # softmax cancels the shift: same probabilities
         "weights-shifted-down",
+        "w-stored-but-unused",
         "not-a-model",
     ],
 )
