@@ -49,17 +49,17 @@ def _check_document(document) -> str:
     routing = _service_routing()
     document = _as_sent(document)
     try:
-        versions, aliases, percent, shadow = routing._check_document(document)
+        checked = routing.check_document(document)
     except routing.RoutingError as error:
         raise Incorrect(f"the service would refuse it: {error}") from None
-    if versions != VERSIONS:
-        raise Incorrect(f'"versions" should be {VERSIONS} (the two files), got {versions}')
-    if aliases != {routing.CHAMPION: "2", routing.CHALLENGER: "3"}:
-        raise Incorrect(f"version 2 stays champion and version 3 is the challenger; your aliases are {aliases}")
-    if percent != 25:
-        raise Incorrect(f'"challenger_percent" is a whole percentage of request keys: 25, got {percent!r}')
-    if shadow != "3":
-        raise Incorrect(f'the challenger should also run in shadow on the champion\'s traffic ("shadow": "3"), got {shadow!r}')
+    if checked.versions != VERSIONS:
+        raise Incorrect(f'"versions" should be {VERSIONS} (the two files), got {checked.versions}')
+    if checked.aliases != {routing.CHAMPION: "2", routing.CHALLENGER: "3"}:
+        raise Incorrect(f"version 2 stays champion and version 3 is the challenger; your aliases are {checked.aliases}")
+    if checked.challenger_percent != 25:
+        raise Incorrect(f'"challenger_percent" is a whole percentage of request keys: 25, got {checked.challenger_percent!r}')
+    if checked.shadow != "3":
+        raise Incorrect(f'the challenger should also run in shadow on the champion\'s traffic ("shadow": "3"), got {checked.shadow!r}')
     return "the service accepts it: 25% of keys get version 3, and version 3 shadows the rest"
 
 

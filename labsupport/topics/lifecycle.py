@@ -439,10 +439,16 @@ def rollback(registry: Registry, version: str, split: Any, budgets: Budgets = Bu
 
 
 def routing_document(registry: Registry, challenger_percent: int = 0, shadow: bool = False) -> dict[str, Any]:
-    """The service's routing document for the registry's aliases: champion, challenger (if set), split, shadow."""
+    """The service's routing document for the registry's aliases: champion, challenger (if set), split, shadow.
+
+    Each version carries its file and the sha256 the registry recorded: the service refuses a file that has changed since.
+    """
     aliases = {alias: registry.version_of(alias) for alias in (CHAMPION, CHALLENGER)}
     aliases = {alias: version for alias, version in aliases.items() if version}
-    versions = {version: str(registry.model_path(version)) for version in set(aliases.values())}
+    versions = {
+        version: {"path": str(registry.model_path(version)), "sha256": registry.tags(version)["sha256"]}
+        for version in sorted(set(aliases.values()))
+    }
     challenger = aliases.get(CHALLENGER)
     return {
         "versions": versions,

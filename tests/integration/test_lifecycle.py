@@ -149,7 +149,8 @@ def test_routing_document_and_push_to_the_service(registry, split):
     registry.client.set_registered_model_alias(registry.name, lifecycle.CHALLENGER, registry.built["optimized"])
     document = lifecycle.routing_document(registry, challenger_percent=20, shadow=True)
     assert document["aliases"] == {"champion": "1", "challenger": "2"} and document["shadow"] == "2"
-    assert all(os.path.isfile(path) for path in document["versions"].values())
+    assert all(os.path.isfile(source["path"]) for source in document["versions"].values())
+    assert {source["sha256"] for source in document["versions"].values()} == {registry.tags(v)["sha256"] for v in ("1", "2")}
     with serving.start(registry.model_path(lifecycle.CHAMPION), admin_token=TOKEN) as service:
         served = lifecycle.push_routing(service.url, TOKEN, document)
         assert served["aliases"] == document["aliases"] and served["challenger_percent"] == 20
@@ -163,6 +164,12 @@ def test_routing_document_and_push_to_the_service(registry, split):
             lifecycle.verify_served(registry, tampered)
         answer = httpx.post(service.url + "/predict", json=serving.payload(split.images[:3]), headers={"x-request-key": "k"}).json()
         assert answer["version"] in {"1", "2"} and len(answer["predictions"]) == 3
+        changed = {**document, "versions": {**document["versions"], "2": {**document["versions"]["2"], "sha256": "0" * 64}}}
+        with pytest.raises(RuntimeError, match=r"refused the routing \(422\).*version 2: .* the document expects 0{64}"):
+            lifecycle.push_routing(service.url, TOKEN, changed)  # the file is not the one the registry recorded
+        assert (
+            httpx.get(service.url + "/admin/routing", headers={"authorization": f"Bearer {TOKEN}"}).json()["aliases"] == served["aliases"]
+        )
         with pytest.raises(RuntimeError, match="refused the routing \\(401\\)"):
             lifecycle.push_routing(service.url, "wrong", document)
     with pytest.raises(ValueError, match="only calls services on this machine"):

@@ -6,18 +6,20 @@ import json
 import math
 import re
 import socket
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
+from playwright.sync_api import sync_playwright
 
 from labsupport.course.compare import compare, softmax
 from labsupport.course.data import load_digits
 from labsupport.models.contract import IR_VERSION, OPSET
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.models.heavy_classifier import write_heavy_classifier
-from labsupport.topics import serving
+from labsupport.topics import edge, serving
 from onnx_service import config as svc_config
 from onnx_service import metrics as svc_metrics
 from onnx_service import model as svc_model
@@ -107,6 +109,34 @@ def test_openapi_documents_predict(client):
     assert body["required"] == ["inputs"]
     docs = client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    scripts = re.findall(r'<script src="([^"]+)"', docs.text) + re.findall(r'<link[^>]+href="([^"]+)"', docs.text)
+    assert scripts and all(src.startswith("/docs/assets/") for src in scripts), scripts  # no CDN: the page works offline
+    bundle = client.get("/docs/assets/swagger-ui-bundle.js")
+    assert bundle.status_code == 200 and "javascript" in bundle.headers["content-type"] and len(bundle.content) > 500_000
+
+
+def test_docs_page_renders_predict_in_a_browser_without_internet(service, require_tool):
+    require_tool(edge.CHROMIUM, "the browser test drives Debian's Chromium (apt-get install chromium)")
+    outside: list[str] = []
+
+    def only_the_service(route):
+        if urlsplit(route.request.url).hostname == "127.0.0.1":
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=edge.CHROMIUM, args=list(edge.CHROMIUM_ARGS), headless=True)
+        try:
+            page = browser.new_page()
+            page.route("**/*", only_the_service)
+            page.goto(service.url + "/docs")
+            page.wait_for_selector(".opblock-summary-path[data-path='/predict']", timeout=30_000)
+            assert "ONNX Lab inference service" in page.inner_text(".info .title")
+        finally:
+            browser.close()
+    assert outside == [], f"/docs asked other hosts: {outside}"
 
 
 # ---------------------------------------------------------------- bad input
@@ -120,6 +150,13 @@ BAD_REQUESTS = [
     ("text values", {"json": {"inputs": [[["a"] * 8] * 8]}}, 422, "wrong_type", r"contains text.*numbers"),
     ("null values", {"json": {"inputs": [[[None] * 8] * 8]}}, 422, "wrong_type", r"null.*numbers"),
     ("booleans", {"json": {"inputs": [[[True] * 8] * 8]}}, 422, "wrong_type", r"true/false"),
+    (
+        "a boolean among numbers",
+        {"json": {"inputs": [[[0.5] * 8] * 7 + [[0.5] * 3 + [False] + [0.5] * 4]]}},
+        422,
+        "wrong_type",
+        r"inputs\[0\]\[7\]\[3\] is true/false; expected numbers \(float32\)",
+    ),
     (
         "NaN",
         {"content": b'{"inputs": [[[NaN, 0, 0, 0, 0, 0, 0, 0]' + b", [0, 0, 0, 0, 0, 0, 0, 0]" * 7 + b"]]}"},
@@ -402,6 +439,8 @@ def test_validation_returns_the_models_dtype_and_flags_single_examples():
     assert svc_validation.to_batch({"inputs": [[1, 2, 3]]}, integer)[0].dtype == np.int64
     with pytest.raises(svc_validation.RequestError, match="decimal point, an exponent or more than 18 digits"):
         svc_validation.to_batch({"inputs": [[1.5]]}, integer)
+    with pytest.raises(svc_validation.RequestError, match=r"inputs\[0\]\[1\] is true/false; expected integers \(int64\)"):
+        svc_validation.to_batch({"inputs": [[1, True, 3]]}, integer)  # NumPy alone would read True as 1
     nineteen_digits = svc_validation.parse_json(b'{"inputs": [[1000000000000000000]]}')  # inside int64, read as a float
     with pytest.raises(svc_validation.RequestError, match="more than 18 digits") as refused:
         svc_validation.to_batch(nineteen_digits, integer)

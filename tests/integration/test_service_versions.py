@@ -18,6 +18,7 @@ from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.models.digits_sklearn import ensure_digits_sklearn
 from labsupport.models.heavy_classifier import write_heavy_classifier
 from labsupport.topics import serving
+from onnx_service import model as svc_model
 from onnx_service import routing
 from onnx_service.app import create_app
 from onnx_service.config import Settings
@@ -124,12 +125,48 @@ def test_admin_api_needs_a_token_and_refuses_bad_documents(versions):
             ),
             (_document({**versions, "2": "missing.onnx"}), "model file not found"),
             ({**_document(versions, percent=10), "challenger_precent": 50}, "unknown field.*challenger_precent"),
+            (_document({**versions, "2": {"path": versions["2"], "sha256": "ABC"}}), "version 2: sha256 must be 64 lower-case hex"),
+            (
+                _document({**versions, "2": {"path": versions["2"], "sha": "0" * 64}}),
+                "version 2: expected a path or .*fields 'path', 'sha'",
+            ),
+            (_document({**versions, "2": {"sha256": "0" * 64}}), "version 2: expected a path or .*fields 'sha256'"),
+            (
+                _document({**versions, "2": {"path": versions["2"], "sha256": "0" * 64}}),
+                "version 2: other.onnx has sha256 [0-9a-f]{64}, the document expects 0{64}",
+            ),
         ]
         for document, message in cases:
             response = client.put("/admin/routing", json=document, headers=AUTH)
             assert response.status_code == 422, document
             assert re.search(message, response.json()["detail"]), response.json()["detail"]
         assert client.get("/admin/routing", headers=AUTH).json()["aliases"] == {"champion": Path(versions["1"]).stem}
+
+
+def test_routing_with_sha256s_serves_only_the_registered_files(tmp_path, versions, images):
+    """A version named with its sha256 is reused while the loaded model has that sha256, else loaded and checked."""
+    file = tmp_path / "v2.onnx"
+    file.write_bytes(Path(versions["2"]).read_bytes())
+    v2_sha, v1_sha = svc_model.sha256_file(file), svc_model.sha256_file(Path(versions["1"]))
+
+    def route_to(sha256: str) -> dict:
+        return _document({"1": versions["1"], "2": {"path": str(file), "sha256": sha256}}, percent=100)
+
+    def served_sha() -> str:
+        return client.get("/admin/routing", headers=AUTH).json()["versions"]["2"]["sha256"]
+
+    with TestClient(create_app(Settings(model=versions["1"], admin_token=TOKEN))) as client:
+        assert client.put("/admin/routing", json=route_to(v2_sha), headers=AUTH).status_code == 200 and served_sha() == v2_sha
+        file.write_bytes(Path(versions["1"]).read_bytes())  # another model under the same name
+        assert client.put("/admin/routing", json=route_to(v2_sha), headers=AUTH).status_code == 200  # the loaded one is still v2
+        assert served_sha() == v2_sha
+        assert client.put("/admin/routing", json=route_to(v1_sha), headers=AUTH).status_code == 200  # a new sha256: read from disk
+        answer = client.post("/predict", json=serving.payload(images[:4]), headers={"x-request-key": "k"}).json()
+        session = ort.InferenceSession(versions["1"], providers=["CPUExecutionProvider"])
+        assert served_sha() == v1_sha and answer["version"] == "2" and answer["predictions"] == _predict(session, images[:4])
+        refused = client.put("/admin/routing", json=route_to("1" * 64), headers=AUTH)  # neither loaded nor on disk
+        assert refused.status_code == 422 and f"has sha256 {v1_sha}, the document expects {'1' * 64}" in refused.json()["detail"]
+        assert served_sha() == v1_sha  # a refused document changes nothing
 
 
 def _served_by_version(client) -> dict[str, float]:

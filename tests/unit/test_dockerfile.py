@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import tomllib
-from importlib.metadata import distribution
+from importlib.metadata import distribution, packages_distributions
 from pathlib import Path
 from typing import ClassVar
 
@@ -87,7 +87,10 @@ def _top_level_imports(package: Path) -> set[str]:
 def test_requirements_cover_what_the_service_imports():
     imported = _top_level_imports(SERVICE / "onnx_service")
     third_party = {name for name in imported if name not in sys.stdlib_module_names}
-    provided = {name.replace("-", "_") for name in _requirements()} | {"starlette", "anyio"}  # both come with fastapi
+    pinned = {name.replace("_", "-") for name in _requirements()}
+    modules = packages_distributions()  # module -> distributions, e.g. swagger_ui_bundle -> swagger-ui-bundle-v2
+    provided = {module for module, dists in modules.items() if pinned & {d.lower().replace("_", "-") for d in dists}}
+    provided |= {"starlette", "anyio"}  # both come with fastapi
     assert third_party <= provided, f"imported but not in deploy/service/requirements.txt: {third_party - provided}"
 
 

@@ -1,6 +1,8 @@
 """The FastAPI application: routers per concern (probes, predict, admin) wired to one Service.
 
 Routes: /predict, /health, /ready, /metrics, /admin/routing and the OpenAPI docs (/docs, /openapi.json).
+/docs is Swagger UI from the files of the swagger-ui-bundle-v2 package, served under /docs/assets: it works offline
+(FastAPI's own /docs page loads Swagger UI from a CDN and stays blank without internet).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from swagger_ui_bundle import swagger_ui_path
 
 from . import __version__, admin, predict, probes, routing
 from .config import ConfigError, Settings
@@ -25,7 +30,8 @@ from .model import LoadedModel, load_served_model
 from .service import Service
 
 log = logging.getLogger("onnx_service")
-KNOWN_PATHS = {"/predict", "/health", "/ready", "/metrics", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/redoc", "/admin/routing"}
+KNOWN_PATHS = {"/predict", "/health", "/ready", "/metrics", "/docs", "/openapi.json", "/admin/routing"}
+DOCS_ASSETS = "/docs/assets"
 _INTERNAL_ERROR = b'{"error":"internal","detail":"internal server error; the incident was logged"}'
 
 
@@ -104,6 +110,21 @@ async def _admin_refusal(request: Request, refusal: admin.AdminRefusal) -> JSONR
     return JSONResponse({"error": refusal.code, "detail": refusal.detail}, status_code=refusal.status_code)
 
 
+def _serve_docs_offline(app: FastAPI) -> None:
+    """/docs: Swagger UI with its JavaScript and CSS served by this app from the installed package, not from a CDN."""
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url,
+            title=f"{app.title} - API docs",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
+
+
 def create_app(settings: Settings | None = None, model: LoadedModel | None = None) -> FastAPI:
     """The application for ``settings`` (default: from the environment); loads the model unless one is given."""
     settings = settings or Settings.from_env()
@@ -125,11 +146,19 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
         f'`{{"inputs": ...}}`: one example of shape {contract.shape_text()} or a batch of shape '
         f"{contract.shape_text(batch=True)} (at most {contract.max_batch} examples, {settings.max_body_bytes} bytes)."
     )
-    app = FastAPI(title="ONNX Lab inference service", version=__version__, description=description, lifespan=lifespan)
+    app = FastAPI(
+        title="ONNX Lab inference service",
+        version=__version__,
+        description=description,
+        lifespan=lifespan,
+        docs_url=None,  # replaced by _serve_docs_offline
+        redoc_url=None,  # ReDoc has no offline bundle here
+    )
     app.state.service, app.state.model, app.state.settings, app.state.metrics = service, model, settings, service.metrics
     app.include_router(probes.router)
     app.include_router(predict.build_router(service))
     app.include_router(admin.router)
+    _serve_docs_offline(app)
     app.add_exception_handler(admin.AdminRefusal, _admin_refusal)
     app.add_middleware(MetricsAndErrors, metrics=service.metrics)
     return app

@@ -11,6 +11,9 @@ The routing document (JSON)::
      "challenger_percent": 10,
      "shadow": "2"}
 
+A version may name the sha256 its file must have: ``"2": {"path": "models/v2.onnx", "sha256": "9f86..."}``;
+the service then refuses the document when the file it loads (or already holds) has another one.
+
 ``champion`` answers every request, except the ``challenger_percent`` of request keys
 (``X-Request-Key`` header) whose hash falls below it: the same key always gets the same version.
 ``shadow`` (optional) also runs every request; its answers are compared and counted, never returned.
@@ -85,18 +88,41 @@ def single(name: str, model: LoadedModel, runner: Any = None) -> Router:
 
 
 VERSION_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # names travel in the X-Model-Version header and in metric labels
+SHA256 = re.compile(r"[0-9a-f]{64}")
 MAX_PATH_CHARS = 1024
+VERSION_FIELDS = ("path", "sha256")
 
 
-def _check_versions(versions: Any) -> dict[str, str]:
+def _check_path(name: str, path: Any) -> str:
+    if not isinstance(path, str) or not 0 < len(path) <= MAX_PATH_CHARS or not path.isprintable():
+        raise RoutingError(f"version {name}: the path must be printable text of 1-{MAX_PATH_CHARS} characters, got {_value(path)}")
+    return path
+
+
+def _check_source(name: str, source: Any) -> tuple[str, str | None]:
+    """(path, expected sha256 or None) of one entry of "versions": a path, or {"path": ..., "sha256": ...}."""
+    if not isinstance(source, dict):
+        return _check_path(name, source), None
+    if "path" not in source or any(key not in VERSION_FIELDS for key in source):
+        fields = ", ".join(excerpt(str(key)) for key in list(source)[:5]) or "none"
+        raise RoutingError(f'version {name}: expected a path or {{"path": ..., "sha256": ...}}, got an object with the fields {fields}')
+    digest = source.get("sha256")
+    if digest is not None and (not isinstance(digest, str) or not SHA256.fullmatch(digest)):
+        raise RoutingError(f"version {name}: sha256 must be 64 lower-case hex digits, got {_value(digest)}")
+    return _check_path(name, source["path"]), digest
+
+
+def _check_versions(versions: Any) -> tuple[dict[str, str], dict[str, str]]:
     if not isinstance(versions, dict) or not versions:
         raise RoutingError('"versions" must map version names to .onnx paths, e.g. {"1": "models/v1.onnx"}')
-    for name, path in versions.items():
+    paths, digests = {}, {}
+    for name, source in versions.items():
         if not VERSION_NAME.fullmatch(name):
             raise RoutingError(f"version name {excerpt(name)} must be 1-64 characters among A-Z a-z 0-9 . _ -")
-        if not isinstance(path, str) or not 0 < len(path) <= MAX_PATH_CHARS or not path.isprintable():
-            raise RoutingError(f"version {name}: the path must be printable text of 1-{MAX_PATH_CHARS} characters, got {_value(path)}")
-    return dict(versions)
+        paths[name], digest = _check_source(name, source)
+        if digest:
+            digests[name] = digest
+    return paths, digests
 
 
 DOCUMENT_FIELDS = ("versions", "aliases", "challenger_percent", "shadow")
@@ -107,13 +133,25 @@ def _value(value: Any) -> str:
     return excerpt(value) if isinstance(value, str) else f"a JSON {type(value).__name__}"
 
 
-def _check_document(document: Any) -> tuple[dict[str, str], dict[str, str], int, str | None]:
+@dataclass(frozen=True)
+class Document:
+    """A routing document the service accepts: version paths, the sha256 some of them must have, aliases, split, shadow."""
+
+    versions: dict[str, str]
+    sha256: dict[str, str]
+    aliases: dict[str, str]
+    challenger_percent: int
+    shadow: str | None
+
+
+def check_document(document: Any) -> Document:
+    """The routing document, checked field by field; RoutingError says what is wrong."""
     if not isinstance(document, dict):
         raise RoutingError('expected a JSON object like {"versions": {...}, "aliases": {"champion": ...}}')
     unknown = sorted(excerpt(str(key)) for key in document if key not in DOCUMENT_FIELDS)[:5]
     if unknown:  # a misspelt "challenger_precent" would otherwise be ignored and the split left at 0
         raise RoutingError(f"unknown field(s) {', '.join(unknown)}: a routing document has only {', '.join(DOCUMENT_FIELDS)}")
-    versions, aliases = _check_versions(document.get("versions")), document.get("aliases")
+    (versions, digests), aliases = _check_versions(document.get("versions")), document.get("aliases")
     if not isinstance(aliases, dict) or CHAMPION not in aliases:
         raise RoutingError('"aliases" must name the champion version, e.g. {"champion": "1"}')
     for alias, name in aliases.items():
@@ -129,25 +167,35 @@ def _check_document(document: Any) -> tuple[dict[str, str], dict[str, str], int,
     shadow = document.get("shadow")
     if shadow is not None and (not isinstance(shadow, str) or shadow not in versions):
         raise RoutingError(f'"shadow" must be one of the listed versions or null, got {_value(shadow)}')
-    return versions, dict(aliases), percent, shadow
+    return Document(versions, digests, dict(aliases), percent, shadow)
+
+
+def _verified(name: str, model: LoadedModel, expected: str | None) -> LoadedModel:
+    if expected and model.sha256 != expected:
+        raise RoutingError(
+            f"version {name}: {model.path.name} has sha256 {model.sha256}, the document expects {expected} "
+            "(the file changed since it was registered, or the document names the wrong file)"
+        )
+    return model
 
 
 def build(document: Any, current: Router, load: Callable[[str], LoadedModel], make_runner: Callable[[LoadedModel], Any]) -> Router:
-    """A new router from a routing document; versions already loaded from the same file are reused.
+    """A new router from a routing document; versions already loaded from the same file (and sha256, if given) are reused.
 
     Every version must take the same input as the current champion (the request contract does not
     change under the callers' feet). Raises RoutingError (and ModelError from ``load``).
     """
-    versions, aliases, percent, shadow = _check_document(document)
+    checked = check_document(document)
     contract = current.versions[current.aliases[CHAMPION]].model.contract(1)
     loaded: dict[str, Version] = {}
-    for name, path in versions.items():
-        reuse = next((v for n, v in current.versions.items() if current.paths.get(n) == path), None)
-        model = reuse.model if reuse else load(path)
+    for name, path in checked.versions.items():
+        expected = checked.sha256.get(name)
+        reuse = next((v for n, v in current.versions.items() if current.paths.get(n) == path and expected in (None, v.model.sha256)), None)
+        model = _verified(name, reuse.model if reuse else load(path), expected)
         if model.contract(1) != contract:
             raise RoutingError(
                 f"version {name} takes {model.contract(1).shape_text()} {model.contract(1).dtype}; "
                 f"the service takes {contract.shape_text()} {contract.dtype}"
             )
         loaded[name] = reuse if reuse and reuse.name == name else Version(name, model, reuse.runner if reuse else make_runner(model))
-    return Router(loaded, aliases, percent, shadow, versions)
+    return Router(loaded, checked.aliases, checked.challenger_percent, checked.shadow, checked.versions)

@@ -97,6 +97,18 @@ def _index_text(index: tuple[int, ...]) -> str:
     return FIELD + "".join(f"[{i}]" for i in index)
 
 
+def _first_boolean(data: Any, index: tuple[int, ...] = ()) -> tuple[int, ...] | None:
+    """Where the first true/false sits in nested lists (NumPy reads a mix of booleans and numbers as numbers: True -> 1)."""
+    if isinstance(data, bool):
+        return index
+    if isinstance(data, list):
+        for position, item in enumerate(data):
+            found = _first_boolean(item, (*index, position))
+            if found is not None:
+                return found
+    return None
+
+
 def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
     """Validate a parsed body against ``contract``; returns (batch array of the model's dtype, whether one example was sent)."""
     example_text, batch_text = contract.shape_text(), contract.shape_text(batch=True)
@@ -155,6 +167,13 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
             422,
             "wrong_shape",
             f"{FIELD!r} has shape {list(array.shape)}; expected one example of shape {example_text} or a batch of shape {batch_text}",
+        )
+    boolean_at = _first_boolean(data)  # after the shape checks: the nesting is at most the model's rank + 1 deep
+    if boolean_at is not None:
+        raise RequestError(
+            422,
+            "wrong_type",
+            f"{_index_text(boolean_at)} is true/false; expected {'integers' if integer_model else 'numbers'} ({contract.dtype.name})",
         )
     if array.shape[0] == 0:
         raise RequestError(422, "empty_batch", f"{FIELD!r} holds no examples; send at least one example of shape {example_text}")
