@@ -24,23 +24,38 @@ from pathlib import Path
 
 from labsupport.topics.custom_ops import headers_dir
 
-DEB_URL = "https://deb.debian.org/debian/pool/main/o/onnxruntime/libonnxruntime-dev_1.21.0+dfsg-1_amd64.deb"
+DEB_NAME = "libonnxruntime-dev_1.21.0+dfsg-1_amd64.deb"
 DEB_SHA256 = "14f7d959d5deacbcf1504830d4189f91fc67382b399ed9ae9d3aa9c4050ced08"
+# Debian's pool drops a version once a newer one replaces it; snapshot.debian.org keeps every file ever published,
+# addressed by its SHA-1 (24211608...), so the second address outlives the first. Either must give the pinned SHA-256.
+DEB_URLS = (
+    f"https://deb.debian.org/debian/pool/main/o/onnxruntime/{DEB_NAME}",
+    "https://snapshot.debian.org/file/24211608c53cf623c58ab2b2f9d4157ed06b3a76",
+)
 INCLUDE = "usr/include/onnxruntime/"
 
 
-def download_deb(workdir: Path, url: str = DEB_URL) -> Path:
-    """Download the pinned ``libonnxruntime-dev`` .deb into ``workdir`` and check its SHA-256."""
-    deb = workdir / url.rsplit("/", 1)[-1]
+def _download(url: str, deb: Path) -> str | None:
+    """Download ``url`` into ``deb``; None when its SHA-256 is the pinned one, else what went wrong."""
     try:
         with urllib.request.urlopen(url, timeout=60) as response:
             deb.write_bytes(response.read())
     except OSError as error:
-        raise RuntimeError(f"could not download {url}: {error}") from error
+        return f"could not download {url}: {error}"
     digest = hashlib.sha256(deb.read_bytes()).hexdigest()
-    if digest != DEB_SHA256:
-        raise RuntimeError(f"{deb.name} has SHA-256 {digest}, expected {DEB_SHA256}")
-    return deb
+    return None if digest == DEB_SHA256 else f"{url} has SHA-256 {digest}, expected {DEB_SHA256}"
+
+
+def download_deb(workdir: Path, urls: tuple[str, ...] = DEB_URLS) -> Path:
+    """Download the pinned ``libonnxruntime-dev`` .deb into ``workdir`` from the first address that gives its SHA-256."""
+    deb = workdir / DEB_NAME
+    problems = []
+    for url in urls:
+        problem = _download(url, deb)
+        if problem is None:
+            return deb
+        problems.append(problem)
+    raise RuntimeError("; ".join(problems))
 
 
 def _data_tar(deb: bytes) -> tarfile.TarFile:

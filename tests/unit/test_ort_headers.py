@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import lzma
 import tarfile
@@ -58,10 +59,30 @@ def test_download_refuses_a_file_with_another_sha256(tmp_path):
     served.parent.mkdir()
     served.write_bytes(b"!<arch>\nnot the pinned package")
     with pytest.raises(RuntimeError, match=r"has SHA-256 [0-9a-f]{64}, expected " + ort_headers.DEB_SHA256):
-        ort_headers.download_deb(tmp_path, served.as_uri())
+        ort_headers.download_deb(tmp_path, (served.as_uri(),))
 
 
 def test_an_unreachable_archive_names_the_address(tmp_path):
     missing = (tmp_path / "nowhere.deb").as_uri()
     with pytest.raises(RuntimeError, match=r"could not download file:"):
-        ort_headers.download_deb(tmp_path / "work", missing)
+        ort_headers.download_deb(tmp_path / "work", (missing,))
+
+
+def test_the_second_address_serves_when_the_first_fails(tmp_path, monkeypatch):
+    served = tmp_path / "snapshot-file"
+    served.write_bytes(b"!<arch>\nthe package")
+    monkeypatch.setattr(ort_headers, "DEB_SHA256", hashlib.sha256(served.read_bytes()).hexdigest())
+    tampered = tmp_path / "tampered.deb"
+    tampered.write_bytes(b"!<arch>\nsomething else")
+    work = tmp_path / "work"
+    work.mkdir()
+    for first in ((tmp_path / "gone.deb").as_uri(), tampered.as_uri()):  # removed from the pool, or not the pinned file
+        deb = ort_headers.download_deb(work, (first, served.as_uri()))
+        assert deb.read_bytes() == served.read_bytes() and deb.name == ort_headers.DEB_NAME
+    with pytest.raises(RuntimeError, match=r"could not download .*gone\.deb.*; .*tampered\.deb has SHA-256"):
+        ort_headers.download_deb(work, ((tmp_path / "gone.deb").as_uri(), tampered.as_uri()))
+
+
+def test_the_pinned_addresses_are_https_and_name_the_pinned_file():
+    assert all(url.startswith("https://") for url in ort_headers.DEB_URLS) and len(ort_headers.DEB_URLS) == 2
+    assert ort_headers.DEB_URLS[0].endswith("/" + ort_headers.DEB_NAME)
