@@ -34,6 +34,62 @@ def _with_past_session():
     return open_session(path, threads=1, inter_op_threads=1)
 
 
+PAST_PREFIX, PRESENT_PREFIX = "past_key_values.", "present."
+
+
+class _RecordingSession:
+    """A session that forwards every call and records, for each ``run``, how many tokens it fed and whether its past was
+    the previous call's ``present.*``: the checker can then tell a cached loop from one that recomputes the sequence."""
+
+    def __init__(self, session: object) -> None:
+        self._session = session
+        self._previous: dict[str, np.ndarray] = {}  # the previous call's present.* outputs, by past input name
+        self.calls: list[tuple[int, int, bool]] = []  # (input_ids width, past length, past == previous present.*)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._session, name)
+
+    def run(self, output_names: list[str] | None, input_feed: dict[str, object], *args: object, **kwargs: object) -> list:
+        outputs = self._session.run(output_names, input_feed, *args, **kwargs)
+        pasts = {name: np.asarray(value) for name, value in input_feed.items() if name.startswith(PAST_PREFIX)}
+        past_length = next(iter(pasts.values())).shape[2] if pasts else 0
+        carried = bool(pasts) and all(
+            name in self._previous and np.array_equal(value, self._previous[name]) for name, value in pasts.items()
+        )
+        self.calls.append((np.asarray(input_feed["input_ids"]).shape[1], past_length, carried))
+        names = output_names or [output.name for output in self._session.get_outputs()]
+        self._previous = {
+            PAST_PREFIX + name.removeprefix(PRESENT_PREFIX): np.asarray(value)
+            for name, value in zip(names, outputs, strict=True)
+            if name.startswith(PRESENT_PREFIX)
+        }
+        return outputs
+
+
+def _check_cache_use(calls: list[tuple[int, int, bool]], prompt_length: int, new_tokens: int) -> None:
+    """Each generation: one call on the prompt with an empty past, then one call per new token fed the previous present.*."""
+    rule = (
+        f"each generation starts with one session.run on the prompt ({prompt_length} tokens, an empty past); each step after "
+        "the prompt feeds only the new token and the previous step's present.* as its past"
+    )
+    if not calls:
+        raise Incorrect("your loop never called session.run on the session it was given")
+    step = 0
+    for index, (width, past_length, carried) in enumerate(calls):
+        if past_length == 0:
+            if width != prompt_length or step not in (0, new_tokens):
+                raise Incorrect(f"call {index + 1} fed {width} tokens with an empty past, after {step} of {new_tokens} steps: {rule}")
+            step = 0
+        elif width != 1 or not carried or past_length != prompt_length + step - 1:
+            raise Incorrect(
+                f"call {index + 1} fed {width} token(s) and a past of {past_length} positions"
+                f"{'' if carried else ' that is not the previous present.*'}: {rule}"
+            )
+        step += 1
+    if step != new_tokens:
+        raise Incorrect(f"the last generation made {step} session.run calls for {new_tokens} new tokens: {rule}")
+
+
 def _check_loop(answer: object) -> str:
     if not callable(answer):
         raise Incorrect(f"expected a function (session, prompts, new_tokens) -> token array, got {type(answer).__name__}")
@@ -45,7 +101,7 @@ def _check_loop(answer: object) -> str:
     prompts = tiny_transformer.make_reversal_data(PARITY_PROMPTS, seed=7).prompts
     steps = tiny_transformer.ANSWER_LENGTH
     want = hugging_face.greedy_tokens(AutoModelForCausalLM.from_pretrained(hugging_face.ensure_tiny_llama()).eval(), prompts, steps)
-    session = _with_past_session()
+    session = _RecordingSession(_with_past_session())
     with blame_answer("your loop failed on the session"):
         got = answer(session, prompts.copy(), steps)
     got = np.asarray(got)
@@ -53,14 +109,14 @@ def _check_loop(answer: object) -> str:
         raise Incorrect(f"expected the new tokens only, shape (prompts, new_tokens) = {want.shape}, got {got.shape}")
     if not np.issubdtype(got.dtype, np.integer):
         raise Incorrect(f"expected integer token ids, got dtype {got.dtype}")
+    _check_cache_use(session.calls, prompts.shape[1], steps)
     differ = sum(hugging_face.until_eos(g) != hugging_face.until_eos(w) for g, w in zip(got, want, strict=True))
     if differ:
         raise Incorrect(
-            f"{differ} of {PARITY_PROMPTS} rows differ from transformers' greedy tokens: does each step feed only the new token, "
-            "the past from the previous step's present.*, position_ids that continue after the prompt, and an attention_mask "
-            "one longer each step?"
+            f"{differ} of {PARITY_PROMPTS} rows differ from transformers' greedy tokens: do position_ids continue after the "
+            "prompt, does the attention_mask grow by one each step, and does each present.* go to the past input of the same name?"
         )
-    return f"{PARITY_PROMPTS} greedy generations token-exact with transformers, from ONNX Runtime calls alone"
+    return f"{PARITY_PROMPTS} greedy generations token-exact with transformers, each step fed one token and the previous present.*"
 
 
 # ---------------------------------------------------------------- exercise 2: count the fused Attention nodes

@@ -23,6 +23,7 @@ class Timing:
     name: str
     batch_size: int
     runs: int
+    min_ms: float
     median_ms: float
     p90_ms: float
     p99_ms: float
@@ -40,6 +41,7 @@ class Timing:
             name=name,
             batch_size=batch_size,
             runs=len(ms),
+            min_ms=float(ms.min()),
             median_ms=median,
             p90_ms=float(np.percentile(ms, 90)),
             p99_ms=float(np.percentile(ms, 99)),
@@ -77,6 +79,42 @@ def measure(fn: Callable[[], object], *, name: str = "candidate", batch_size: in
     return Timing.from_samples(name, batch_size, _timed_calls(fn, repeat))
 
 
+class _StepTimer:
+    """A session whose ``run`` also records how long each call took; everything else is the wrapped session's."""
+
+    def __init__(self, session: object) -> None:
+        self._session = session
+        self.seconds: list[float] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._session, name)
+
+    def run(self, *args: object, **kwargs: object) -> object:
+        start = time.perf_counter()
+        outputs = self._session.run(*args, **kwargs)
+        self.seconds.append(time.perf_counter() - start)
+        return outputs
+
+
+def fastest_steps(loop: Callable[[object], object], session: object, *, repeat: int = 15) -> np.ndarray:
+    """Seconds of each ``session.run`` call that ``loop(session)`` makes: the minimum per call index over ``repeat``
+    runs, after one warm-up run (notebook 11).
+
+    Other programs can only slow a call down. A long loop is rarely undisturbed from end to end, but each of its
+    steps is in some repeat, so the sum of the per-step minima is steadier than the fastest whole run.
+    """
+    _check_counts(1, repeat, 1)
+    runs = []
+    for _ in range(repeat + 1):
+        timer = _StepTimer(session)
+        loop(timer)
+        runs.append(timer.seconds)
+    counts = {len(seconds) for seconds in runs}
+    if len(counts) != 1 or 0 in counts:
+        raise ValueError(f"loop(session) must call session.run the same number of times (at least once) on every run, got {sorted(counts)}")
+    return np.min(runs[1:], axis=0)
+
+
 @dataclass
 class BenchTable:
     """Timings of several candidates measured in one run, with ratios against a baseline."""
@@ -98,10 +136,14 @@ class BenchTable:
         known = sorted({t.name for t in self.timings})
         raise KeyError(f"no timing for {name!r} at batch size {batch_size}; measured: {known}")
 
-    def ratio(self, name: str, batch_size: int | None = None) -> float:
-        """Median latency of ``name`` divided by the baseline's at the same batch size (<1: faster)."""
+    def ratio(self, name: str, batch_size: int | None = None, *, statistic: str = "median") -> float:
+        """Latency of ``name`` divided by the baseline's at the same batch size (<1: faster): the ``"median"`` calls, or
+        the ``"min"`` (fastest) ones, which other programs on the machine disturb least."""
+        if statistic not in ("median", "min"):
+            raise ValueError(f"statistic must be 'median' or 'min', got {statistic!r}")
         timing = self.get(name, batch_size)
-        return timing.median_ms / self._baseline_for(timing.batch_size).median_ms
+        baseline = self._baseline_for(timing.batch_size)
+        return getattr(timing, f"{statistic}_ms") / getattr(baseline, f"{statistic}_ms")
 
     def rows(self) -> list[dict[str, object]]:
         """One dict per timing, with ``vs <baseline>`` speed-up (baseline / candidate)."""

@@ -15,7 +15,7 @@ from labsupport.models.tiny_transformer import Generation, check_prompts
 
 
 def generate_full(session: ort.InferenceSession, prompts: np.ndarray, new_tokens: int) -> Generation:
-    """Greedy decoding over the export *without* cache: every step re-runs the whole sequence (quadratic work) (notebook 11)."""
+    """Greedy decoding over the export *without* cache: every step re-runs the whole sequence (weight work quadratic, attention cubic in the length; notebook 11)."""
     sequence = check_prompts(prompts, new_tokens)
     steps = []
     for _ in range(new_tokens):
@@ -34,7 +34,7 @@ def _empty_cache(session: ort.InferenceSession, batch_size: int) -> dict[str, np
 
 
 def generate_cached(session: ort.InferenceSession, prompts: np.ndarray, new_tokens: int) -> Generation:
-    """Greedy decoding over the export *with* a KV cache: the prompt once, then one token per step (linear work) (notebook 11)."""
+    """Greedy decoding over the export *with* a KV cache: the prompt once, then one token per step (the weight work once per token plus attention over the cache; notebook 11)."""
     ids = check_prompts(prompts, new_tokens)
     cache = _empty_cache(session, len(ids))
     tokens, steps = [], []

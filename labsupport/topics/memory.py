@@ -94,8 +94,9 @@ class LLMArchitecture:
     head_dim: int
 
 
-def kv_cache_bytes_per_token(arch: LLMArchitecture, bytes_per_value: float = 2.0) -> float:
-    """Bytes of cache one token adds: 2 (key and value) x layers x kv_heads x head_dim x bytes per value (notebook 11)."""
+def kv_cache_bytes_per_token(arch: LLMArchitecture, bytes_per_value: float) -> float:
+    """Bytes of cache one token adds: 2 (key and value) x layers x kv_heads x head_dim x bytes per value, the width the
+    runtime really stores (2 for an FP16 cache, 4 for the FP32 cache of a CPU model; notebook 11)."""
     if not isinstance(arch, LLMArchitecture):
         raise TypeError(f"expected an LLMArchitecture, got {type(arch).__name__}")
     return 2 * arch.n_layers * arch.n_kv_heads * arch.head_dim * _positive("bytes_per_value", bytes_per_value)

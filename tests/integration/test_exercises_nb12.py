@@ -6,7 +6,7 @@ import onnx
 from labsupport.exercises import CORRECT, INCORRECT, nb12
 
 
-def make_loop(*, kv_heads=None, restart_positions=False, grow_mask=True, keep_past=True, with_prompt=False, as_float=False):
+def make_loop(*, kv_heads=None, restart_positions=False, grow_mask=True, keep_past=True, with_prompt=False, as_float=False, swap_kv=False):
     """The reference greedy loop over the with-past export, with one known mistake switched on."""
 
     def loop(session, prompts, new_tokens):
@@ -21,6 +21,8 @@ def make_loop(*, kv_heads=None, restart_positions=False, grow_mask=True, keep_pa
             logits, *presents = session.run(None, {"input_ids": ids, "position_ids": positions, "attention_mask": mask, **past})
             ids = logits[:, -1].argmax(-1)[:, None]
             new.append(ids)
+            if swap_kv:  # present.i.value fed as past_key_values.i.key and the other way round
+                presents = [presents[index ^ 1] for index in range(len(presents))]
             past = dict(zip(past, presents, strict=True)) if keep_past else dict(empty)
             positions = np.zeros_like(ids) if restart_positions else positions[:, -1:] + 1
             if grow_mask:
@@ -33,6 +35,40 @@ def make_loop(*, kv_heads=None, restart_positions=False, grow_mask=True, keep_pa
     return loop
 
 
+def empty_past(session, batch):
+    past_inputs = [i for i in session.get_inputs() if i.name.startswith("past_key_values")]
+    _, heads, _, head_size = past_inputs[0].shape
+    return {i.name: np.zeros((batch, heads, 0, head_size), np.float32) for i in past_inputs}
+
+
+def recompute_loop(session, prompts, new_tokens):
+    """Right tokens without the cache: every step feeds the whole sequence so far with an empty past (the review's)."""
+    sequence = prompts
+    for _ in range(new_tokens):
+        batch, length = sequence.shape
+        feeds = {"input_ids": sequence, "position_ids": np.tile(np.arange(length), (batch, 1)), "attention_mask": np.ones_like(sequence)}
+        logits, *_ = session.run(None, {**feeds, **empty_past(session, batch)})
+        sequence = np.concatenate([sequence, logits[:, -1].argmax(-1)[:, None]], axis=1)
+    return sequence[:, prompts.shape[1] :]
+
+
+def restart_loop(session, prompts, new_tokens):
+    """Right tokens, the cache used within a step but thrown away between steps: each step replays the prompt, then the
+    tokens made so far one by one (quadratic in the length, like no cache at all)."""
+    batch, length = prompts.shape
+    new = np.zeros((batch, 0), np.int64)
+    for _ in range(new_tokens):
+        sequence = np.concatenate([prompts, new], axis=1)
+        past, ids = empty_past(session, batch), prompts
+        for position in range(length, sequence.shape[1] + 1):
+            feeds = {"input_ids": ids, "position_ids": np.arange(position - ids.shape[1], position)[None].repeat(batch, 0)}
+            logits, *presents = session.run(None, {**feeds, "attention_mask": np.ones((batch, position), np.int64), **past})
+            past = dict(zip(past, presents, strict=True))
+            ids = sequence[:, position : position + 1]
+        new = np.concatenate([new, logits[:, -1].argmax(-1)[:, None]], axis=1)
+    return new
+
+
 def test_q1_accepts_the_loop_and_exports_when_the_notebook_has_not(tmp_path, monkeypatch):
     from labsupport.course import paths
 
@@ -42,15 +78,27 @@ def test_q1_accepts_the_loop_and_exports_when_the_notebook_has_not(tmp_path, mon
     assert nb12.q1.evaluate(nb12.q1.reference_answer()).status == CORRECT
 
 
+def test_q1_accepts_one_prompt_at_a_time():
+    def row_by_row(session, prompts, new_tokens):
+        return np.concatenate([make_loop()(session, prompt[None], new_tokens) for prompt in prompts])
+
+    outcome = nb12.q1.evaluate(row_by_row)
+    assert outcome.status == CORRECT, outcome.message
+
+
 def test_q1_rejects_typical_loop_mistakes():
+    not_cached = "each step after the prompt feeds only the new token and the previous step's present.*"
     for wrong, reason in [
         (make_loop(kv_heads=4), "your loop failed on the session"),  # the 4 query heads in the empty past
         (make_loop(restart_positions=True), "rows differ from transformers'"),  # position_ids back to 0 every step
         (make_loop(grow_mask=False), "your loop failed on the session"),  # the mask stays the prompt's length
-        (make_loop(keep_past=False), "rows differ from transformers'"),  # the past dropped: each step sees one token
+        (make_loop(keep_past=False), not_cached),  # the past dropped: each step sees one token
+        (make_loop(swap_kv=True), "not the previous present.*"),
+        (recompute_loop, not_cached),  # right tokens, no cache: the whole sequence at every step
+        (restart_loop, "fed 10 tokens with an empty past, after 1 of 9"),  # right tokens, the cache rebuilt at every step
         (make_loop(with_prompt=True), "the new tokens only"),
         (make_loop(as_float=True), "integer token ids"),
-        (lambda session, prompts, new_tokens: np.zeros((len(prompts), new_tokens), np.int64), "rows differ"),
+        (lambda session, prompts, new_tokens: np.zeros((len(prompts), new_tokens), np.int64), "never called session.run"),
         ("main_export", "expected a function"),
     ]:
         outcome = nb12.q1.evaluate(wrong)

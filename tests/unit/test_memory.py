@@ -65,7 +65,7 @@ def test_llm_memory_table_for_a_7b_model():
 
 
 def test_kv_cache_bytes_per_token():
-    assert kv_cache_bytes_per_token(LLAMA2_7B) == 524_288  # 2 x 32 x 32 x 128 x 2 bytes
+    assert kv_cache_bytes_per_token(LLAMA2_7B, 2) == 524_288  # 2 x 32 x 32 x 128 x 2 bytes
     assert kv_cache_bytes_per_token(LLAMA2_7B, bytes_per_value=1) == 262_144
     gqa = LLMArchitecture("70B, 8 kv heads", n_layers=80, n_kv_heads=8, head_dim=128)
     assert kv_cache_bytes_per_token(gqa, np.float32(2.0)) == 327_680
@@ -73,6 +73,8 @@ def test_kv_cache_bytes_per_token():
 
 def test_kv_cache_rejects_bad_input():
     with pytest.raises(TypeError, match="LLMArchitecture"):
-        kv_cache_bytes_per_token({"n_layers": 32})
+        kv_cache_bytes_per_token({"n_layers": 32}, 2)
+    with pytest.raises(TypeError, match="bytes_per_value"):
+        kv_cache_bytes_per_token(LLAMA2_7B)  # no default width: FP16 on a GPU, FP32 for the CPU models
     with pytest.raises(ValueError, match="bytes_per_value"):
         kv_cache_bytes_per_token(LLAMA2_7B, bytes_per_value=0)

@@ -20,7 +20,7 @@ def _table(baseline="fast", **medians_ms):
 
 def test_statistics_of_injected_samples():
     stats = timing.Timing.from_samples("x", 8, [0.004, 0.001, 0.002, 0.003, 0.010])
-    assert stats.runs == 5 and stats.batch_size == 8
+    assert stats.runs == 5 and stats.batch_size == 8 and stats.min_ms == pytest.approx(1.0)
     assert stats.median_ms == pytest.approx(3.0) and stats.mean_ms == pytest.approx(4.0)
     assert stats.p90_ms == pytest.approx(7.6) and stats.p99_ms == pytest.approx(9.76)
     assert stats.throughput == pytest.approx(8 / 0.003)
@@ -41,6 +41,16 @@ def test_ratios_and_rows_from_injected_timings():
     assert [row["candidate"] for row in rows] == ["fast", "slow"]
     assert rows[1]["speed-up vs fast"] == 0.2 and rows[1]["median ms"] == 10.0 and rows[1]["items/s"] == 100.0
     assert "slow" in str(table)
+
+
+def test_ratio_of_the_fastest_calls():
+    table = timing.BenchTable(
+        [timing.Timing.from_samples("base", 1, [0.002, 0.009, 0.008]), timing.Timing.from_samples("new", 1, [0.003, 0.004, 0.005])], "base"
+    )
+    assert table.ratio("new") == pytest.approx(0.5)  # medians 4 / 8 ms: a loaded baseline
+    assert table.ratio("new", statistic="min") == pytest.approx(1.5)  # fastest 3 / 2 ms
+    with pytest.raises(ValueError, match="'median' or 'min'"):
+        table.ratio("new", statistic="mean")
 
 
 def test_candidates_are_interleaved_round_by_round():
@@ -83,6 +93,52 @@ def test_blocks_time_each_candidate_on_its_own():
     for bad in ({"blocks": -1}, {"settle_s": -1}):
         with pytest.raises(ValueError, match="blocks >= 0"):
             timing.compare_candidates({"a": lambda: None}, baseline="a", **bad)
+
+
+class _ScheduledSession:
+    """A fake session: each ``run`` advances a fake clock by the next duration of the schedule."""
+
+    def __init__(self, clock, durations):
+        self.clock, self.durations = clock, iter(durations)
+        self.marker = "the wrapped session's"
+
+    def run(self, output_names, feeds):
+        self.clock[0] += next(self.durations)
+        return [feeds["x"] + 1]
+
+
+def test_fastest_steps_takes_the_minimum_of_each_call_index(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    durations = [9, 9, 9, 1, 5, 3, 4, 2, 6, 2, 3, 1]  # a warm-up run, then 3 runs of 3 calls
+    session = _ScheduledSession(clock, durations)
+    seen = []
+
+    def loop(timed):
+        seen.append(timed.marker)  # attributes other than run are the session's
+        value = 0
+        for _ in range(3):
+            value = timed.run(None, {"x": value})[0]
+
+    assert timing.fastest_steps(loop, session, repeat=3).tolist() == [1, 2, 1]
+    assert seen == ["the wrapped session's"] * 4
+
+
+def test_fastest_steps_refuses_loops_of_different_lengths():
+    calls = iter([2, 2, 3])
+
+    class Session:
+        def run(self, *args):
+            return None
+
+    def loop(timed):
+        for _ in range(next(calls)):
+            timed.run()
+
+    with pytest.raises(ValueError, match=r"the same number of times .* got \[2, 3\]"):
+        timing.fastest_steps(loop, Session(), repeat=2)
+    with pytest.raises(ValueError, match="got \\[0\\]"):
+        timing.fastest_steps(lambda timed: None, Session(), repeat=2)
 
 
 def test_speed_verdict_claims_no_difference_inside_the_noise():
