@@ -308,6 +308,31 @@ def test_startup_with_invalid_setting_exits_non_zero(model_path):
     assert "ONNX_SERVICE_MAX_BATCH='lots': expected a whole number" in result.stderr
 
 
+@pytest.mark.parametrize("name", ["digits \u2713", "a\rb", "x" * 65, "\u6a21\u578b"])
+def test_a_model_name_the_version_header_cannot_carry_is_refused_at_start(model_path, name):
+    with pytest.raises(svc_config.ConfigError, match=r"ONNX_SERVICE_MODEL_NAME=.*expected 1-64 characters among A-Z"):
+        svc_config.Settings.from_env({"ONNX_SERVICE_MODEL_NAME": name})
+    result = serving.run_to_exit(model_path, model_name=name)
+    assert result.returncode == 2 and "ONNX_SERVICE_MODEL_NAME" in result.stderr, result.stderr[-500:]
+
+
+def test_a_file_named_outside_the_header_alphabet_serves_under_a_sanitised_version_name(tmp_path, model_path):
+    from fastapi.testclient import TestClient
+
+    renamed = tmp_path / "\u6a21\u578b v2.onnx"  # a Chinese file name: the header and metric labels take A-Z a-z 0-9 . _ - only
+    renamed.write_bytes(model_path.read_bytes())
+    with TestClient(create_app(svc_config.Settings.from_env({"ONNX_SERVICE_MODEL": str(renamed)}))) as http:
+        answer = http.post("/predict", json={"inputs": GOOD})
+        ready = http.get("/ready")
+    assert answer.status_code == 200 and answer.headers["x-model-version"] == "v2" and answer.json()["version"] == "v2"
+    assert answer.json()["model"] == "\u6a21\u578b v2"  # the JSON body keeps the file's own name
+    assert ready.status_code in (200, 503) and ready.json()["aliases"] == {"champion": "v2"}
+    unnamed = tmp_path / "\u6a21\u578b.onnx"
+    unnamed.write_bytes(model_path.read_bytes())
+    assert svc_model.load_served_model(unnamed).name == "\u6a21\u578b"
+    assert create_app(svc_config.Settings(model=str(unnamed))).state.service.router.aliases == {"champion": "1"}
+
+
 def test_startup_on_a_port_in_use_exits_non_zero(model_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -82,12 +82,20 @@ class Router:
         }
 
 
+VERSION_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # names travel in the X-Model-Version header and in metric labels
+
+
+def version_name(stem: str) -> str:
+    """A file stem as a version name: characters outside VERSION_NAME become "_" (a stem with none of them: "1")."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("_")[:64]
+    return name or "1"
+
+
 def single(name: str, model: LoadedModel, runner: Any = None) -> Router:
     """The router of a service started with one model: that model is the champion."""
     return Router({name: Version(name, model, runner)}, {CHAMPION: name}, paths={name: str(model.path)})
 
 
-VERSION_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # names travel in the X-Model-Version header and in metric labels
 SHA256 = re.compile(r"[0-9a-f]{64}")
 MAX_PATH_CHARS = 1024
 VERSION_FIELDS = ("path", "sha256")

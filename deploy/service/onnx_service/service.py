@@ -56,7 +56,7 @@ class Service:
             {"name": model.name, "opset": str(model.opset), "sha256": model.sha256},
             batch_max_size=settings.batch_max_size if settings.batching else 0,
         )
-        self.router = router or routing.single(settings.model_name or model.name, model, self.make_batcher(model))
+        self.router = router or routing.single(settings.model_name or routing.version_name(model.name), model, self.make_batcher(model))
         self.metrics.queue_depth = self.queued
         self.in_flight = 0  # threadpool mode: requests running or waiting for an inference slot
         self.warm, self.draining = False, False
