@@ -93,6 +93,14 @@ class LoadedModel:
         limit = min(max_batch, self.fixed_batch) if self.fixed_batch else max_batch
         return InputContract(self.input.name, np.dtype(_NUMPY_TYPES[self.input.type]), dims, limit)
 
+    def free_dimensions(self) -> list[str]:
+        """The input's non-batch dimensions each request chooses (their names, or "axis i"); [] when all are fixed."""
+        return [
+            d if isinstance(d, str) and d else f"axis {axis}"
+            for axis, d in enumerate(self.input.shape)
+            if axis > 0 and not (isinstance(d, int) and d > 0)
+        ]
+
     def describe(self) -> dict[str, Any]:
         """Name, opset, sha256 and signature (what GET /ready shows)."""
         return {

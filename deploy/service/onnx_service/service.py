@@ -113,17 +113,32 @@ class Service:
         """Run each version on zeros (the first runs allocate memory), then mark the service warm.
 
         A failed run is logged and kept: /ready then answers 503 with the reason instead of "warming up" for ever.
+        A version with free non-batch dimensions is the exception: each request chooses those sizes, the
+        warm-up's guess (1) proves nothing about them, so a failure is logged as a warning and the service
+        serves (a shape the model refuses gets 422 ``model_refused_input``).
         """
         example = [d if d is not None else 1 for d in self.contract.example_shape]
-        try:
-            for version in list(self.router.versions.values()):
+        for version in list(self.router.versions.values()):
+            try:
                 for size in self.warm_up_sizes():
                     zeros = np.zeros([size, *example], dtype=self.contract.dtype)
-                    await anyio.to_thread.run_sync(version.model.run, zeros, limiter=self.inference_slots)
-        except Exception as error:
-            self.warm_up_error = f"{type(error).__name__} on zeros of shape {[size, *example]}: {str(error)[:300]}"
-            log.error("warm-up of version %s failed; /ready stays 503: %s", version.name, self.warm_up_error)
-            return
+                    outputs = await anyio.to_thread.run_sync(version.model.run, zeros, limiter=self.inference_slots)
+                    if any(len(output) != size for output in outputs):
+                        raise ModelError(f"{size} examples gave outputs of {[len(output) for output in outputs]} rows")
+            except Exception as error:
+                failure = f"{type(error).__name__} on zeros of shape {[size, *example]}: {str(error)[:300]}"
+                free = version.model.free_dimensions()
+                if free:
+                    log.warning(
+                        "warm-up of version %s skipped: its free dimensions (%s) are set by each request, and the guess failed: %s",
+                        version.name,
+                        ", ".join(free),
+                        failure,
+                    )
+                    continue
+                self.warm_up_error = failure
+                log.error("warm-up of version %s failed; /ready stays 503: %s", version.name, failure)
+                return
         self.warm = True
 
     def _timed_run(self, version_model: LoadedModel, batch: Any) -> tuple[list[Any], float]:
