@@ -377,6 +377,9 @@ class _InProcess:
     def post(self, url, **kwargs):
         return self._loop.run_until_complete(self._client.post(url, **kwargs))
 
+    def request(self, method, url, **kwargs):
+        return self._loop.run_until_complete(self._client.request(method, url, **kwargs))
+
 
 class _ExplodingSession:
     def run(self, *args, **kwargs):
@@ -472,6 +475,18 @@ def test_validation_returns_the_models_dtype_and_flags_single_examples():
     assert "fractional" not in refused.value.message  # the value is a whole number: the reason must not say otherwise
     with pytest.raises(svc_validation.RequestError, match="dimension 0 should be at least 1"):
         svc_validation.to_batch({"inputs": [[]]}, integer)
+
+
+def test_invented_methods_and_paths_add_no_metric_series(model_path):
+    app = create_app(svc_config.Settings(model=str(model_path)))
+    with _InProcess(app) as http:
+        for number in range(60):
+            assert http.request(f"M{number}", f"/predict{number % 3 or ''}").status_code in (404, 405)
+        samples = serving.parse_metrics(http.get("/metrics").text)
+    methods = {dict(labels)["method"] for (name, labels) in samples if name == "onnx_service_requests_total"}
+    assert methods == {"other"}, methods  # 60 invented methods, one series (the scrape itself is counted once it is answered)
+    counted = {labels: value for (name, labels), value in samples.items() if name == "onnx_service_requests_total"}
+    assert sum(value for labels, value in counted.items() if dict(labels)["method"] == "other") == 60, counted
 
 
 def test_metrics_render_is_valid_prometheus_text():

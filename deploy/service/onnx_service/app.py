@@ -31,6 +31,7 @@ from .service import Service
 
 log = logging.getLogger("onnx_service")
 KNOWN_PATHS = {"/predict", "/health", "/ready", "/metrics", "/docs", "/openapi.json", "/admin/routing"}
+METHODS = {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"}  # any other method is counted as "other"
 DOCS_ASSETS = "/docs/assets"
 _INTERNAL_ERROR = b'{"error":"internal","detail":"internal server error; the incident was logged"}'
 
@@ -64,9 +65,13 @@ class MetricsAndErrors:
                 await send({"type": "http.response.start", "status": 500, "headers": headers})
                 await send({"type": "http.response.body", "body": _INTERNAL_ERROR})
         finally:
-            path = scope.get("path", "")
+            # labels from a fixed set: a client inventing methods or paths must not add metric series without bound
+            path, method = scope.get("path", ""), scope.get("method", "")
             self.metrics.request_finished(
-                scope.get("method", ""), path if path in KNOWN_PATHS else "other", status["code"], time.perf_counter() - start
+                method if method in METHODS else "other",
+                path if path in KNOWN_PATHS else "other",
+                status["code"],
+                time.perf_counter() - start,
             )
 
 
