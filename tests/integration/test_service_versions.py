@@ -121,7 +121,7 @@ def test_admin_api_needs_a_token_and_refuses_bad_documents(versions):
             (_document(versions, shadow="7"), '"shadow" must be one of'),
             (
                 _document({**versions, "3": sklearn_model}, champion="3"),
-                "version 3 takes \\[64\\] float32; the service takes \\[1, 8, 8\\]",
+                "version 3 takes \\[n, 64\\] float32 with at most 64 example\\(s\\); the service takes \\[n, 1, 8, 8\\] float32",
             ),
             (_document({**versions, "2": "missing.onnx"}), "model file not found"),
             ({**_document(versions, percent=10), "challenger_precent": 50}, "unknown field.*challenger_precent"),
@@ -141,6 +141,29 @@ def test_admin_api_needs_a_token_and_refuses_bad_documents(versions):
             assert response.status_code == 422, document
             assert re.search(message, response.json()["detail"]), response.json()["detail"]
         assert client.get("/admin/routing", headers=AUTH).json()["aliases"] == {"champion": Path(versions["1"]).stem}
+
+
+def _fixed_batch_copy(source: str, path: Path, batch: int) -> str:
+    """The model with its input's batch dimension fixed to ``batch``."""
+    import onnx
+
+    proto = onnx.load(source)
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_value = batch
+    onnx.save(proto, path)
+    return str(path)
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_a_version_that_cannot_take_the_services_largest_batch_is_refused(tmp_path, versions, images, batching):
+    fixed = _fixed_batch_copy(versions["1"], tmp_path / "fixed1.onnx", 1)
+    with TestClient(create_app(Settings(model=versions["1"], admin_token=TOKEN, batching=batching))) as client:
+        refused = client.put("/admin/routing", json={"versions": {"f": fixed}, "aliases": {"champion": "f"}}, headers=AUTH)
+        batch = client.post("/predict", json=serving.payload(images[:5]))
+    assert refused.status_code == 422 and refused.json()["error"] == "bad_routing", refused.text
+    assert ("at most 1 example(s); the service takes [n, 1, 8, 8] float32 with up to 64" in refused.json()["detail"]) or (
+        batching and "batching merges requests" in refused.json()["detail"]
+    ), refused.json()["detail"]
+    assert batch.status_code == 200 and len(batch.json()["predictions"]) == 5  # the champion did not change
 
 
 def test_routing_with_sha256s_serves_only_the_registered_files(tmp_path, versions, images):

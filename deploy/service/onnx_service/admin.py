@@ -51,7 +51,9 @@ async def get_routing(service: AdminDep) -> dict[str, Any]:
 async def put_routing(request: Request, service: AdminDep) -> JSONResponse:
     try:
         document = parse_json(await read_body(request, service.settings.max_body_bytes))
-        new = await anyio.to_thread.run_sync(routing.build, document, service.router, service.load_version, service.make_batcher)
+        new = await anyio.to_thread.run_sync(
+            routing.build, document, service.router, service.contract, service.load_version, service.make_batcher
+        )
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
     except (routing.RoutingError, ModelError) as error:

@@ -136,7 +136,9 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
     model = model or load_served_model(settings.model, settings.model_sha256, settings.threads, settings.model_name, settings.provider)
     service = Service(settings, model, cpu_budget())
     if settings.routing:
-        service.router = routing.build(_read_routing(settings.routing), service.router, service.load_version, service.make_batcher)
+        service.router = routing.build(
+            _read_routing(settings.routing), service.router, service.contract, service.load_version, service.make_batcher
+        )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
