@@ -59,6 +59,6 @@ async def put_routing(request: Request, service: AdminDep) -> JSONResponse:
     except (routing.RoutingError, ModelError) as error:
         return JSONResponse({"error": "bad_routing", "detail": str(error)[:MAX_DETAIL]}, status_code=422)
     answer = JSONResponse(new.describe())  # encoded before the switch: a document that cannot be answered changes nothing
-    service.router = new  # one assignment: requests in flight finish on the router they started with
+    service.switch_router(new)  # one assignment: requests in flight finish on the router they started with
     log.info("routing changed: aliases %s, challenger %d%%, shadow %s", dict(new.aliases), new.challenger_percent, new.shadow)
     return answer

@@ -55,7 +55,7 @@ async def predict(request: Request, service: Annotated[Service, Depends(get_serv
         return JSONResponse({"error": "non_finite_output", "detail": detail}, status_code=422)
     service.metrics.observe_version(version.name, alias)
     shadow = router_now.versions.get(router_now.shadow) if router_now.shadow else None
-    if shadow is not None and shadow is not version:
+    if shadow is not None and shadow is not version and alias == routing.CHAMPION:  # the shadow is compared with the champion only
         service.start_shadow(shadow, batch, result["predictions"])
     return Response(text, media_type="application/json", headers={"X-Model-Version": version.name})
 

@@ -81,6 +81,18 @@ class Service:
             observe=self.metrics.observe_batch,
         )
 
+    def switch_router(self, new: routing.Router) -> None:
+        """Serve ``new`` from now on; the batchers only the old router used close once their queued requests are answered."""
+        old, self.router = self.router, new  # one assignment: requests in flight finish on the router they started with
+        kept = {id(version.runner) for version in new.versions.values()}
+        for version in old.versions.values():
+            if version.runner is not None and id(version.runner) not in kept:
+                self._keep_until_done(asyncio.get_running_loop().create_task(version.runner.close()))
+
+    def _keep_until_done(self, task: asyncio.Task) -> None:
+        self._background.add(task)  # a reference until it finishes (the loop keeps only weak ones)
+        task.add_done_callback(self._background.discard)
+
     def load_version(self, path: str) -> LoadedModel:
         """Load another version of the model with the service's thread setting."""
         return load_served_model(path, threads=self.settings.threads, provider=self.settings.provider)
@@ -181,9 +193,7 @@ class Service:
         borrower = object()
         self.inference_slots.acquire_on_behalf_of_nowait(borrower)  # on the loop: nothing took the slot since the check
         self.shadow_running += 1
-        task = asyncio.get_running_loop().create_task(self._shadow_run(shadow, batch, served, borrower))
-        self._background.add(task)  # a reference until it finishes (the loop keeps only weak ones)
-        task.add_done_callback(self._background.discard)
+        self._keep_until_done(asyncio.get_running_loop().create_task(self._shadow_run(shadow, batch, served, borrower)))
 
     async def _shadow_run(self, shadow: routing.Version, batch: Any, served: list, borrower: object) -> None:
         try:
