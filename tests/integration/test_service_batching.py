@@ -367,3 +367,14 @@ def test_combined_rounds_take_the_p99_of_all_latencies_pooled_not_a_median_of_ro
     assert len(combined.latencies_s) == 30
     without = service_bench.combine([replace(r, latencies_s=()) for r in rounds])
     assert without.p99_ms == 10.0  # no recorded latencies: the median of the rounds' p99
+
+
+def test_the_shadow_cost_line_gives_the_ratio_with_its_a_a_noise():
+    from labsupport.bench import service as service_bench
+
+    cost = service_bench.ShadowCost(
+        {"plain": [10.0, 12.0, 11.0], "plain again": [11.0, 11.0, 12.0], "shadowed": [14.0, 13.0, 15.0]}, {"agree": 50.0, "skipped": 25.0}
+    )
+    assert cost.ratio("shadowed") == pytest.approx(14 / 11) and cost.ratio("plain again") == pytest.approx(1.0)
+    (line,) = cost.lines()
+    assert "with a shadow version 1.27x" in line and "A/A noise: a second plain service 1.00x" in line and "agree 50, skipped 25" in line

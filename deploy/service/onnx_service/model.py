@@ -142,15 +142,19 @@ def load_served_model(path: str | Path, expected_sha256: str = "", threads: int 
     import onnx
     import onnxruntime as ort
 
+    from .validation import excerpt  # (validation imports this module)
+
     path = Path(path)
+    shown = excerpt(str(path))  # a routing document's path comes from a client: messages echo an excerpt
     try:
         if not path.exists():
-            raise ModelError(f"model file not found: {path} (set ONNX_SERVICE_MODEL to the path of an .onnx file)")
+            raise ModelError(f"model file not found: {shown} (set ONNX_SERVICE_MODEL to the path of an .onnx file)")
         if not path.is_file():
-            raise ModelError(f"model path is not a file: {path}")
+            raise ModelError(f"model path is not a file: {shown}")
         actual = sha256_file(path)
     except (OSError, ValueError) as error:  # a name too long for the file system, a character it cannot encode, no permission
-        raise ModelError(f"cannot read the model file {str(path)[:200]!r}: {type(error).__name__}: {str(error)[:200]}") from None
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else excerpt(str(error))  # OSError's text repeats the path
+        raise ModelError(f"cannot read the model file {shown}: {type(error).__name__}: {reason}") from None
     if expected_sha256 and actual != expected_sha256.lower():
         raise ModelError(
             f"model sha256 mismatch for {path.name}: expected {expected_sha256.lower()}, the file has {actual} "

@@ -4,7 +4,8 @@ One ``Service`` lives in ``app.state.service``; the routers reach it through the
 dependency. Inference slots are sized for the whole service: ``usable CPUs // (threads x workers)``
 per worker process, so all workers together run at most one inference per usable CPU (unless there
 are more workers than CPUs: each worker keeps one slot). A shadow run borrows one of those live
-slots, never an extra one: it costs no CPU beyond the live budget.
+slots, never an extra one, and only when a queued request could not use it; it still competes with
+live work for memory bandwidth and for the CPU the event loop needs (``make bench`` measures it).
 """
 
 from __future__ import annotations
@@ -184,8 +185,8 @@ class Service:
         """Run the shadow version on a borrowed live slot, or count it skipped.
 
         It starts only when no live request waits and at least two live slots are free: it takes one and
-        leaves one for the next live request. It never adds a slot, so it never uses CPU beyond the live
-        budget; with one slot per worker it never runs (every shadow example is counted as skipped).
+        leaves one for the next live request, so it never takes a slot a queued request could use. It never
+        adds a slot; with one slot per worker it never runs (every shadow example is counted as skipped).
         """
         if self.inference_slots.available_tokens < 2 or self.queued() > 0:
             self.metrics.observe_shadow(shadow.name, None, served, skipped=True)
