@@ -145,7 +145,7 @@ def load_served_model(path: str | Path, expected_sha256: str = "", threads: int 
     from .validation import excerpt  # (validation imports this module)
 
     path = Path(path)
-    shown = excerpt(str(path))  # a routing document's path comes from a client: messages echo an excerpt
+    shown = excerpt(str(path), tail=True)  # a routing document's path comes from a client: an excerpt that keeps the file name
     try:
         if not path.exists():
             raise ModelError(f"model file not found: {shown} (set ONNX_SERVICE_MODEL to the path of an .onnx file)")
