@@ -114,7 +114,7 @@ def test_ready_shows_the_slots_of_every_worker():
 
 
 @pytest.mark.slow
-def test_a_shadow_run_never_makes_a_live_request_wait(routing_file, images):
+def test_a_shadow_run_never_makes_a_live_request_queue_for_a_slot(routing_file, images):
     body = serving.payload(images[:1])
     schedule = [0.0, 0.0, 0.25]  # two requests fill both slots; the third arrives while a shadow may run
     plain = _slow_app(Settings(model=str(ensure_digits_cnn())), slots=2)
