@@ -312,6 +312,8 @@ def test_startup_with_invalid_setting_exits_non_zero(model_path):
 def test_a_model_name_the_version_header_cannot_carry_is_refused_at_start(model_path, name):
     with pytest.raises(svc_config.ConfigError, match=r"ONNX_SERVICE_MODEL_NAME=.*expected 1-64 characters among A-Z"):
         svc_config.Settings.from_env({"ONNX_SERVICE_MODEL_NAME": name})
+    with pytest.raises(svc_config.ConfigError, match="ONNX_SERVICE_MODEL_NAME"):
+        create_app(svc_config.Settings(model=str(model_path), model_name=name))  # settings built in code are checked too
     result = serving.run_to_exit(model_path, model_name=name)
     assert result.returncode == 2 and "ONNX_SERVICE_MODEL_NAME" in result.stderr, result.stderr[-500:]
 

@@ -133,6 +133,7 @@ def _serve_docs_offline(app: FastAPI) -> None:
 def create_app(settings: Settings | None = None, model: LoadedModel | None = None) -> FastAPI:
     """The application for ``settings`` (default: from the environment); loads the model unless one is given."""
     settings = settings or Settings.from_env()
+    settings.validate()  # also settings built in code (from_env validates its own)
     model = model or load_served_model(settings.model, settings.model_sha256, settings.threads, settings.model_name, settings.provider)
     service = Service(settings, model, cpu_budget())
     if settings.routing:
