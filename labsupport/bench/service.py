@@ -233,6 +233,65 @@ def _batcher_counts(url: str) -> dict[str, float]:
     }
 
 
+SHADOW_ROUNDS, SHADOW_REQUESTS = 8, 25
+
+
+@dataclass
+class ShadowCost:
+    """Lone-client p50 of a plain service, a second plain one (A/A: the noise) and one with a shadow version, per round."""
+
+    p50_ms: dict[str, list[float]]  # "plain", "plain again", "shadowed" -> the p50 of each round
+    shadow_counts: dict[str, float]  # the shadowed service's onnx_service_shadow_examples_total by outcome
+
+    def ratio(self, mode: str) -> float:
+        """Median of ``mode``'s round p50s divided by the plain service's (1.0: no cost)."""
+        return statistics.median(self.p50_ms[mode]) / statistics.median(self.p50_ms["plain"])
+
+    def lines(self) -> list[str]:
+        """The two ratios, and how many examples the shadow compared or skipped."""
+        counts = ", ".join(f"{outcome} {value:.0f}" for outcome, value in sorted(self.shadow_counts.items()))
+        return [
+            f"shadow cost, one client: live p50 with a shadow version {self.ratio('shadowed'):.2f}x the plain service's "
+            f"(A/A noise: a second plain service {self.ratio('plain again'):.2f}x); shadow examples: {counts}",
+        ]
+
+
+def measure_shadow_cost(model: str | Path | None = None, rounds: int = SHADOW_ROUNDS, requests: int = SHADOW_REQUESTS) -> ShadowCost:
+    """One client's p50 against a plain service, another plain one and one whose routing adds a shadow (a copy of the model).
+
+    The shadow never takes a slot a queued request could use (it runs only when a second slot is
+    free), but it still competes for the CPU the event loop and the client need and for memory
+    bandwidth: this measures that cost. Rounds alternate between the services, as ``measure_batching`` does.
+    """
+    import shutil
+    import tempfile
+
+    import httpx
+
+    from labsupport.course.data import load_digits
+
+    model = Path(model) if model is not None else write_heavy_classifier()
+    images = load_digits().test.images[:64]
+    bodies = [serving.payload(images[i : i + 1]) for i in range(len(images))]
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(shutil.copy(model, Path(folder) / "shadow_copy.onnx"))
+        document = {"versions": {"1": str(model.resolve()), "2": str(copy)}, "aliases": {"champion": "1"}, "shadow": "2"}
+        (Path(folder) / "routing.json").write_text(json.dumps(document), encoding="utf-8")
+        with (
+            serving.start(model) as plain,
+            serving.start(model) as plain_again,
+            serving.start(model, routing=str(Path(folder) / "routing.json")) as shadowed,
+        ):
+            services = {"plain": plain, "plain again": plain_again, "shadowed": shadowed}
+            p50_ms: dict[str, list[float]] = {mode: [] for mode in services}
+            for _ in range(rounds):
+                for mode, service in services.items():
+                    p50_ms[mode].append(serving.load_test(service.url, bodies, concurrency=1, requests=requests).p50_ms)
+            samples = serving.parse_metrics(httpx.get(shadowed.url + "/metrics", timeout=30).text)
+    counts = {dict(labels)["outcome"]: value for (name, labels), value in samples.items() if name == "onnx_service_shadow_examples_total"}
+    return ShadowCost(p50_ms, counts)
+
+
 def plot(comparison: BatchingComparison, title: str = "Dynamic batching vs one inference per request"):
     """Throughput and p50/p99 latency per concurrency level, one line per mode."""
     import matplotlib.pyplot as plt
@@ -289,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"heavy stand-in model, single-image requests over HTTP on 127.0.0.1; CPUs: {cpu_budget().describe()}")
     comparison = compare_batching(scale=args.scale, batch_max_wait_ms=args.max_wait_ms)
     _print_report(comparison)
+    print("\n".join(measure_shadow_cost().lines()))
     print(f"wrote {relative(comparison.to_json(artifact(ARTIFACT)))}")
     return 1 if comparison.failures else 0
 

@@ -42,7 +42,8 @@ def _check_payload(body) -> str:
 
 BEATS_DURING_RUN = 3  # event-loop heartbeats that must happen while the model computes
 LONGEST_RUN = 5.0  # seconds the stand-in model waits for them: only an answer that blocks the loop waits that long
-LONGEST_STALL = 0.2  # seconds: a longer gap between heartbeats during infer means the caller blocked the loop
+LONGEST_STALL = 0.05  # seconds: a longer gap between heartbeats during infer means the caller blocked the loop
+STALL_ATTEMPTS = 3  # a blocking call stalls every attempt; a busy machine's scheduler rarely stalls all three
 OUTPUT_NAME = "rows"
 
 
@@ -98,14 +99,18 @@ class _SlowSession:
             first = self.heartbeat.count
             self.heartbeat.wait_for(first + BEATS_DURING_RUN, LONGEST_RUN)
             self.beats_during_run = self.heartbeat.count - first
-        image = np.asarray(feeds["image"])
+        image = feeds["image"]
+        if isinstance(image, np.ndarray) and image.dtype != np.float32:  # what ONNX Runtime raises (InvalidArgument)
+            raise Incorrect(
+                f"session.run got a {image.dtype} array for the float32 input 'image' (ONNX Runtime refuses it: "
+                f"InvalidArgument, expected tensor(float)); pass the feeds unchanged"
+            )
+        image = np.asarray(image)
         return [image.reshape(len(image), -1)]
 
 
-def _check_nonblocking(infer) -> str:
-    if not callable(infer) or not inspect.iscoroutinefunction(inspect.unwrap(infer)):  # unwrap: exercises wrap functions
-        raise Incorrect("expected an `async def infer(session, feeds)` function")
-    feeds = {"image": np.arange(2 * 64, dtype=np.float32).reshape(2, 1, 8, 8)}  # distinct values: any reordering shows
+def _run_with_heartbeat(infer, feeds) -> tuple[object, _SlowSession, float]:
+    """(what infer returned, the stand-in session it ran, the longest stall of the event loop during infer)."""
     heartbeat = _Heartbeat()
     session = _SlowSession(heartbeat)
 
@@ -121,6 +126,14 @@ def _check_nonblocking(infer) -> str:
             await beat
 
     outputs, stall = asyncio.run(scenario())
+    return outputs, session, stall
+
+
+def _check_nonblocking(infer) -> str:
+    if not callable(infer) or not inspect.iscoroutinefunction(inspect.unwrap(infer)):  # unwrap: exercises wrap functions
+        raise Incorrect("expected an `async def infer(session, feeds)` function")
+    feeds = {"image": np.arange(2 * 64, dtype=np.float32).reshape(2, 1, 8, 8)}  # distinct values: any reordering shows
+    outputs, session, stall = _run_with_heartbeat(infer, feeds)
     expected = feeds["image"].reshape(2, 64)  # the stand-in's output for the feeds, unchanged
     if not isinstance(outputs, (list, tuple)) or len(outputs) != 1 or np.shape(outputs[0]) != expected.shape:
         raise Incorrect("infer must return what session.run(None, feeds) returns: a list with one array of 2 rows here")
@@ -128,18 +141,24 @@ def _check_nonblocking(infer) -> str:
         raise Incorrect("infer must run session.run(None, feeds) on the feeds it was given, unchanged (same rows, same order)")
     if session.ran_on_the_loop or not session.beats_during_run or session.beats_during_run < BEATS_DURING_RUN:
         raise Incorrect("the event loop was blocked: no other coroutine ran while session.run computed")
+    for _ in range(STALL_ATTEMPTS - 1):  # a stall from a busy machine does not repeat; one from the code does
+        if stall <= LONGEST_STALL:
+            break
+        stall = min(stall, _run_with_heartbeat(infer, feeds)[2])
     if stall > LONGEST_STALL:
         raise Incorrect(f"the event loop was blocked for {stall:.2f} s during infer (time.sleep or another blocking call on the loop?)")
     return "the event loop kept running while the model computed"
 
 
 _SAMPLE = """# TYPE onnx_service_requests_total counter
-onnx_service_requests_total{method="GET",path="/ready",status="200"} %d
+onnx_service_requests_total{method="GET",path="/ready",status="200"} %(ready)d
 onnx_service_requests_total{method="GET",path="/metrics",status="200"} 4
-onnx_service_requests_total{method="POST",path="/predict",status="200"} %d
-onnx_service_requests_total{method="POST",path="/predict",status="413"} %d
-onnx_service_requests_total{method="POST",path="/predict",status="422"} %d
-onnx_service_requests_total{method="POST",path="/predict",status="500"} %d
+onnx_service_requests_total{method="POST",path="/predict",status="200"} %(ok)d
+onnx_service_requests_total{method="POST",path="/predict",status="400"} %(bad_json)d
+onnx_service_requests_total{method="POST",path="/predict",status="413"} %(big)d
+onnx_service_requests_total{method="POST",path="/predict",status="422"} %(bad)d
+onnx_service_requests_total{method="POST",path="/predict",status="499"} %(gone)d
+onnx_service_requests_total{method="POST",path="/predict",status="500"} %(server)d
 onnx_service_requests_total{method="GET",path="other",status="404"} 9
 onnx_service_requests_total{method="POST",path="other",status="404"} 3
 onnx_service_requests_total{method="POST",path="/health",status="405"} 2
@@ -151,24 +170,34 @@ onnx_service_request_duration_seconds_count{path="/predict"} 93
 # TYPE onnx_service_batch_size histogram
 onnx_service_batch_size_count 77
 """
+_STATUSES = {"ok": 200, "bad_json": 400, "big": 413, "bad": 422, "gone": 499, "server": 500}
+# (ready, then /predict requests per status of _STATUSES); 3/7 is not exact at 2 decimals, 400 and 499 are errors too
+_RATE_CASES = [
+    ((3, 90, 0, 2, 6, 0, 2), 0.1),
+    ((1, 50, 0, 0, 0, 0, 0), 0.0),
+    ((2, 10, 0, 5, 10, 0, 15), 0.75),
+    ((0, 0, 0, 0, 4, 0, 0), 1.0),
+    ((1, 4, 1, 0, 1, 0, 1), 3 / 7),
+    ((0, 6, 2, 0, 0, 2, 0), 0.4),
+]
 
 
 def _check_error_rate(error_rate) -> str:
     if not callable(error_rate):
         raise Incorrect("expected a function metrics_text -> fraction of /predict requests with a 4xx or 5xx status")
-    cases = [((3, 90, 2, 6, 2), 0.1), ((1, 50, 0, 0, 0), 0.0), ((2, 10, 5, 10, 15), 0.75), ((0, 0, 0, 4, 0), 1.0)]
-    for counts, truth in cases:
-        got = error_rate(_SAMPLE % counts)
+    for counts, truth in _RATE_CASES:
+        values = dict(zip(["ready", *_STATUSES], counts, strict=True))
+        got = error_rate(_SAMPLE % values)
         try:
             got = float(got)
         except (TypeError, ValueError):
             raise Incorrect(f"error_rate must return a number, got {type(got).__name__}") from None
-        if not np.isclose(got, truth, atol=1e-9):
-            ok, big, bad, server = counts[1:]
+        if not np.isclose(got, truth, rtol=0, atol=1e-9):
+            requests = ", ".join(f"{values[key]}x{status}" for key, status in _STATUSES.items() if values[key])
             raise Incorrect(
-                f"for /predict with {ok}x200, {big}x413, {bad}x422, {server}x500 the error rate is {truth:.2f}, "
-                f'yours gave {got:.2f} (count only onnx_service_requests_total samples with path="/predict": the latency histogram '
-                f"has path labels too; errors are every status >= 400)"
+                f"for /predict with {requests} the error rate is {truth:.6g}, yours gave {got:.6g} (count only "
+                f'onnx_service_requests_total samples with path="/predict": the latency histogram has path labels too; '
+                f"errors are every status >= 400, and the rate is not rounded)"
             )
     if float(error_rate("# no samples yet\n")) != 0.0:
         raise Incorrect("with no /predict requests yet the error rate should be 0.0 (not a division by zero)")

@@ -308,6 +308,33 @@ def test_startup_with_invalid_setting_exits_non_zero(model_path):
     assert "ONNX_SERVICE_MAX_BATCH='lots': expected a whole number" in result.stderr
 
 
+@pytest.mark.parametrize("name", ["digits \u2713", "a\rb", "x" * 65, "\u6a21\u578b"])
+def test_a_model_name_the_version_header_cannot_carry_is_refused_at_start(model_path, name):
+    with pytest.raises(svc_config.ConfigError, match=r"ONNX_SERVICE_MODEL_NAME=.*expected 1-64 characters among A-Z"):
+        svc_config.Settings.from_env({"ONNX_SERVICE_MODEL_NAME": name})
+    with pytest.raises(svc_config.ConfigError, match="ONNX_SERVICE_MODEL_NAME"):
+        create_app(svc_config.Settings(model=str(model_path), model_name=name))  # settings built in code are checked too
+    result = serving.run_to_exit(model_path, model_name=name)
+    assert result.returncode == 2 and "ONNX_SERVICE_MODEL_NAME" in result.stderr, result.stderr[-500:]
+
+
+def test_a_file_named_outside_the_header_alphabet_serves_under_a_sanitised_version_name(tmp_path, model_path):
+    from fastapi.testclient import TestClient
+
+    renamed = tmp_path / "\u6a21\u578b v2.onnx"  # a Chinese file name: the header and metric labels take A-Z a-z 0-9 . _ - only
+    renamed.write_bytes(model_path.read_bytes())
+    with TestClient(create_app(svc_config.Settings.from_env({"ONNX_SERVICE_MODEL": str(renamed)}))) as http:
+        answer = http.post("/predict", json={"inputs": GOOD})
+        ready = http.get("/ready")
+    assert answer.status_code == 200 and answer.headers["x-model-version"] == "v2" and answer.json()["version"] == "v2"
+    assert answer.json()["model"] == "\u6a21\u578b v2"  # the JSON body keeps the file's own name
+    assert ready.status_code in (200, 503) and ready.json()["aliases"] == {"champion": "v2"}
+    unnamed = tmp_path / "\u6a21\u578b.onnx"
+    unnamed.write_bytes(model_path.read_bytes())
+    assert svc_model.load_served_model(unnamed).name == "\u6a21\u578b"
+    assert create_app(svc_config.Settings(model=str(unnamed))).state.service.router.aliases == {"champion": "1"}
+
+
 def test_startup_on_a_port_in_use_exits_non_zero(model_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -351,6 +378,9 @@ class _InProcess:
 
     def post(self, url, **kwargs):
         return self._loop.run_until_complete(self._client.post(url, **kwargs))
+
+    def request(self, method, url, **kwargs):
+        return self._loop.run_until_complete(self._client.request(method, url, **kwargs))
 
 
 class _ExplodingSession:
@@ -447,6 +477,18 @@ def test_validation_returns_the_models_dtype_and_flags_single_examples():
     assert "fractional" not in refused.value.message  # the value is a whole number: the reason must not say otherwise
     with pytest.raises(svc_validation.RequestError, match="dimension 0 should be at least 1"):
         svc_validation.to_batch({"inputs": [[]]}, integer)
+
+
+def test_invented_methods_and_paths_add_no_metric_series(model_path):
+    app = create_app(svc_config.Settings(model=str(model_path)))
+    with _InProcess(app) as http:
+        for number in range(60):
+            assert http.request(f"M{number}", f"/predict{number % 3 or ''}").status_code in (404, 405)
+        samples = serving.parse_metrics(http.get("/metrics").text)
+    methods = {dict(labels)["method"] for (name, labels) in samples if name == "onnx_service_requests_total"}
+    assert methods == {"other"}, methods  # 60 invented methods, one series (the scrape itself is counted once it is answered)
+    counted = {labels: value for (name, labels), value in samples.items() if name == "onnx_service_requests_total"}
+    assert sum(value for labels, value in counted.items() if dict(labels)["method"] == "other") == 60, counted
 
 
 def test_metrics_render_is_valid_prometheus_text():

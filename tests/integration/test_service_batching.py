@@ -175,6 +175,20 @@ def _wait_for_queue(client: httpx.Client, depth: int, timeout: float = 20.0, at_
     raise AssertionError(f"the batcher's queue never held {depth} requests")
 
 
+def _wait_until_received(client: httpx.Client, requests: int, timeout: float = 20.0) -> None:
+    """Until ``requests`` /predict requests reached the app: answered ones plus those in flight (less this scrape)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        samples = serving.parse_metrics(client.get("/metrics").text)
+        answered = sum(
+            v for (name, labels), v in samples.items() if name == "onnx_service_requests_total" and ("path", "/predict") in labels
+        )
+        if answered + samples[("onnx_service_requests_in_flight", ())] - 1 >= requests:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the service never received {requests} requests")
+
+
 def _post_in_threads(url: str, bodies: list[dict]) -> tuple[list[threading.Thread], list]:
     answers: list = [None] * len(bodies)
 
@@ -292,7 +306,7 @@ def test_shutdown_with_requests_in_the_queue_loses_none(model_and_images, heavy_
         # which requests are still queued at SIGTERM depends on arrival order (a full batch ahead of some of the 8 runs
         # alone, the ones before it in a batch of their own): wait until the queue holds several, whichever they are
         _wait_for_queue(client, 3, at_least=True)
-        time.sleep(0.2)  # the last of the 8 threads has sent its request too (one that arrives after SIGTERM is refused)
+        _wait_until_received(client, len(busy) + len(bodies))  # all 8 reached the app (one sent after SIGTERM is refused)
     status = service.stop()  # SIGTERM while requests wait for their batch
     for thread in [*threads, *busy]:
         thread.join(30)
@@ -353,3 +367,14 @@ def test_combined_rounds_take_the_p99_of_all_latencies_pooled_not_a_median_of_ro
     assert len(combined.latencies_s) == 30
     without = service_bench.combine([replace(r, latencies_s=()) for r in rounds])
     assert without.p99_ms == 10.0  # no recorded latencies: the median of the rounds' p99
+
+
+def test_the_shadow_cost_line_gives_the_ratio_with_its_a_a_noise():
+    from labsupport.bench import service as service_bench
+
+    cost = service_bench.ShadowCost(
+        {"plain": [10.0, 12.0, 11.0], "plain again": [11.0, 11.0, 12.0], "shadowed": [14.0, 13.0, 15.0]}, {"agree": 50.0, "skipped": 25.0}
+    )
+    assert cost.ratio("shadowed") == pytest.approx(14 / 11) and cost.ratio("plain again") == pytest.approx(1.0)
+    (line,) = cost.lines()
+    assert "with a shadow version 1.27x" in line and "A/A noise: a second plain service 1.00x" in line and "agree 50, skipped 25" in line

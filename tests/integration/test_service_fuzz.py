@@ -9,11 +9,16 @@ inputs on every machine, a bounded run time in ``make test``.
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
 
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from onnx_service.app import create_app
@@ -28,6 +33,31 @@ def client():
     app = create_app(Settings(model=str(ensure_digits_cnn()), max_body_bytes=65_536, admin_token="secret"))
     with TestClient(app, raise_server_exceptions=False) as http:
         assert http.get("/ready").status_code == 200  # warmed up: the lifespan ran
+        yield http
+
+
+def reshape_classifier(path: Path) -> Path:
+    """A valid classifier image [batch, 1, h, w] -> Reshape [-1, 64] -> MatMul -> [batch, 10]: free h and w, but only h*w = 64 runs."""
+    weight = numpy_helper.from_array(np.random.default_rng(0).normal(size=(64, 10)).astype(np.float32), "weight")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["image", "shape"], ["flat"]), helper.make_node("MatMul", ["flat", "weight"], ["logits"])],
+        "free_sizes",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 1, "h", "w"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
+        [numpy_helper.from_array(np.array([-1, 64], np.int64), "shape"), weight],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def free_sizes_client(tmp_path_factory):
+    model = reshape_classifier(tmp_path_factory.mktemp("free") / "free_sizes.onnx")
+    with TestClient(create_app(Settings(model=str(model), max_body_bytes=65_536)), raise_server_exceptions=False) as http:
+        deadline = time.monotonic() + 10
+        while "warming up" in http.get("/ready").json().get("reason", "") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert http.get("/ready").status_code == 200  # warm-up's 1x1 guess fails; the service serves anyway
         yield http
 
 
@@ -71,6 +101,13 @@ def nested_lists(depth: int):
     return leaf
 
 
+def _zeros_image(side: int):
+    """Bodies with one example of zeros of size side x side (or a 2-example batch): every size the free signature allows."""
+    return st.sampled_from([np.zeros((1, side, side)), np.zeros((2, 1, side, 64 // side if 64 % side == 0 else side))]).map(
+        lambda image: json.dumps({"inputs": image.tolist()}).encode()
+    )
+
+
 inputs_bodies = st.builds(
     lambda value, extra: json.dumps({"inputs": value, **extra}).encode(),
     st.one_of(json_values, st.integers(1, 5).flatmap(nested_lists)),
@@ -91,6 +128,22 @@ header_values = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_
 def test_generated_requests_never_get_a_5xx(client, body, content_type, request_key, authorization):
     headers = {"content-type": content_type, "x-request-key": request_key, "authorization": authorization}
     assert_client_error_or_success(client.post("/predict", content=body, headers=latin1(headers)))
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.one_of(inputs_bodies, st.integers(1, 12).flatmap(_zeros_image)))
+def test_generated_requests_to_a_model_with_free_sizes_never_get_a_5xx(free_sizes_client, body):
+    assert_client_error_or_success(free_sizes_client.post("/predict", content=body, headers={"content-type": "application/json"}))
+
+
+@pytest.mark.parametrize(("side", "status"), [(8, 200), (4, 422), (1, 422), (16, 422)])
+def test_a_size_the_free_signature_allows_but_the_model_refuses_gets_a_422_that_says_why(free_sizes_client, side, status):
+    response = free_sizes_client.post("/predict", json={"inputs": np.zeros((1, side, side)).tolist()})
+    assert response.status_code == status, response.text[:300]
+    if status == 422:
+        assert response.json()["error"] == "model_refused_input" and f"shape [1, 1, {side}, {side}]" in response.json()["detail"]
+    if side == 16:  # ORT runs it, but a Reshape [-1, 64] of 256 values gives 4 rows for 1 example: never 4 predictions
+        assert "answered [4] rows for the 1 example(s)" in response.json()["detail"]
 
 
 MODEL_PATH = str(ensure_digits_cnn())

@@ -3,7 +3,9 @@ of the default mode, and readiness (503 before warm-up, after a failed warm-up a
 
 Most timing tests replace the model's run by a sleep (no CPU used), so what they measure is queuing, not
 the machine's speed: a live request that queued behind a 0.2 s shadow run would take about 0.4 s. The CPU
-test runs a CPU-bound model on one pinned CPU, where a shadow run would compete with live runs for the core.
+test runs a CPU-bound model on one pinned CPU: one slot, so the shadow is always skipped and costs the live
+request nothing. What a shadow run that does run costs (CPU and memory bandwidth beside the live run) is
+measured by ``make bench`` (``labsupport.bench.service.measure_shadow_cost``), not in a timed test.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def test_ready_shows_the_slots_of_every_worker():
 
 
 @pytest.mark.slow
-def test_a_shadow_run_never_makes_a_live_request_wait(routing_file, images):
+def test_a_shadow_run_never_makes_a_live_request_queue_for_a_slot(routing_file, images):
     body = serving.payload(images[:1])
     schedule = [0.0, 0.0, 0.25]  # two requests fill both slots; the third arrives while a shadow may run
     plain = _slow_app(Settings(model=str(ensure_digits_cnn())), slots=2)
@@ -146,7 +148,7 @@ async def _live_p50(app, body: dict, requests: int) -> float:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins the process to one CPU (Linux)")
-def test_a_shadow_run_takes_no_cpu_from_live_requests_on_a_cpu_bound_model(tmp_path, images):
+def test_with_one_slot_the_shadow_is_always_skipped_and_a_cpu_bound_live_request_pays_nothing(tmp_path, images):
     heavy = write_heavy_classifier(tmp_path / "heavy.onnx")
     shutil.copy(heavy, tmp_path / "copy.onnx")
     document = {"versions": {"1": str(heavy), "2": str(tmp_path / "copy.onnx")}, "aliases": {"champion": "1"}, "shadow": "2"}
@@ -309,11 +311,11 @@ def test_batching_is_refused_at_start_for_a_fixed_batch_or_a_free_image_size(tmp
             create_app(Settings(model=str(model), batching=True))
 
 
-def test_a_shape_the_signature_allows_but_the_model_refuses_gets_a_422_and_a_failed_warm_up_is_explained(tmp_path):
+def test_a_model_with_free_image_sizes_answers_422_for_a_size_it_refuses_and_still_becomes_ready(tmp_path, caplog):
     from fastapi.testclient import TestClient
 
     model = _mean_classifier(tmp_path / "free_side.onnx", "n", "side")  # a 3x3 Conv needs images of at least 3x3
-    with TestClient(create_app(Settings(model=str(model)))) as client:
+    with caplog.at_level("WARNING", logger="onnx_service"), TestClient(create_app(Settings(model=str(model)))) as client:
         refused = client.post("/predict", json={"inputs": [[[0.0]]]})
         answered = client.post("/predict", json={"inputs": [[[0.0] * 8] * 8]})
         deadline = time.monotonic() + 10
@@ -323,7 +325,10 @@ def test_a_shape_the_signature_allows_but_the_model_refuses_gets_a_422_and_a_fai
     assert refused.status_code == 422 and refused.json()["error"] == "model_refused_input", refused.text[:300]
     assert "shape [1, 1, 1, 1]" in refused.json()["detail"]
     assert answered.status_code == 200
-    assert ready.status_code == 503 and ready.json()["reason"].startswith("warm-up failed"), ready.json()
+    # the warm-up's guess (1x1) fails, but each request chooses the size: the service serves, with a warning that says why
+    assert ready.status_code == 200, ready.json()
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert any("warm-up of version free_side skipped: its free dimensions (side, side)" in message for message in warnings), warnings
 
 
 def test_more_workers_than_cpus_is_logged_as_oversubscription(caplog):

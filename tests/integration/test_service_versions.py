@@ -107,6 +107,51 @@ def test_split_by_request_key_and_shadow_counts(tmp_path, versions, images):
     assert samples[("onnx_service_version_requests_total", (("alias", "champion"), ("version", "1")))] == champion_requests
 
 
+def test_the_shadow_runs_only_on_requests_the_champion_answers(tmp_path, versions, images):
+    third = str(write_heavy_classifier(tmp_path / "third.onnx", hidden=32, layers=1))
+    document = _document({**versions, "3": third}, percent=100, shadow="3")  # every keyed request goes to the challenger
+    (tmp_path / "routing.json").write_text(json.dumps(document))
+    with TestClient(create_app(Settings(model=versions["1"], routing=str(tmp_path / "routing.json")))) as client:
+        for i in range(10):
+            assert client.post("/predict", json=serving.payload(images[:2]), headers={"x-request-key": f"k{i}"}).json()["version"] == "2"
+        assert client.post("/predict", json=serving.payload(images[:3])).json()["alias"] == "champion"  # no key: the champion
+        deadline = time.monotonic() + 30
+        counted: dict[str, float] = {}
+        while sum(counted.values()) < 3 and time.monotonic() < deadline:
+            samples = serving.parse_metrics(client.get("/metrics").text)
+            counted = {
+                dict(labels)["outcome"]: value for (name, labels), value in samples.items() if name == "onnx_service_shadow_examples_total"
+            }
+            time.sleep(0.01)
+        time.sleep(0.2)
+        samples = serving.parse_metrics(client.get("/metrics").text)
+    counted = {dict(labels)["outcome"]: value for (name, labels), value in samples.items() if name == "onnx_service_shadow_examples_total"}
+    assert sum(counted.values()) == 3, counted  # the champion's 3 examples; none of the challenger's 20
+
+
+def test_a_routing_switch_in_batching_mode_closes_the_replaced_batchers(tmp_path, versions, images, caplog):
+    import gc
+
+    copies = []
+    for i in range(3):
+        copies.append(tmp_path / f"copy{i}.onnx")
+        copies[-1].write_bytes(Path(versions["1"]).read_bytes())
+    app = create_app(Settings(model=versions["1"], admin_token=TOKEN, batching=True))
+    with caplog.at_level("ERROR"), TestClient(app) as client:
+        for copy in copies:
+            switched = client.put("/admin/routing", json={"versions": {"v": str(copy)}, "aliases": {"champion": "v"}}, headers=AUTH)
+            assert switched.status_code == 200, switched.text
+            for _ in range(3):
+                assert client.post("/predict", json=serving.payload(images[:1])).status_code == 200
+        deadline = time.monotonic() + 10
+        while app.state.service._background and time.monotonic() < deadline:  # the replaced batchers are closing
+            time.sleep(0.01)
+        gc.collect()  # a Batcher whose collector still ran would be destroyed here, with asyncio's ERROR
+        assert client.post("/predict", json=serving.payload(images[:2])).status_code == 200
+    errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert not errors, errors
+
+
 def test_admin_api_needs_a_token_and_refuses_bad_documents(versions):
     sklearn_model = str(ensure_digits_sklearn())
     with TestClient(create_app(Settings(model=versions["1"]))) as closed:
@@ -121,9 +166,14 @@ def test_admin_api_needs_a_token_and_refuses_bad_documents(versions):
             (_document(versions, shadow="7"), '"shadow" must be one of'),
             (
                 _document({**versions, "3": sklearn_model}, champion="3"),
-                "version 3 takes \\[64\\] float32; the service takes \\[1, 8, 8\\]",
+                "version 3 takes \\[n, 64\\] float32 with at most 64 example\\(s\\); the service takes \\[n, 1, 8, 8\\] float32",
             ),
             (_document({**versions, "2": "missing.onnx"}), "model file not found"),
+            (_document({**versions, "2": "/x/" + "y" * 1020}), r"model file not found: \.\.\.'y{60}' \(1023 characters\)"),
+            (
+                _document({**versions, "2": "/" + "z" * 1000}),
+                r"cannot read the model file \.\.\.'z{60}' \(1001 characters\): OSError: [^/]{1,60}$",  # the reason, not the path again
+            ),
             ({**_document(versions, percent=10), "challenger_precent": 50}, "unknown field.*challenger_precent"),
             (_document({**versions, "2": {"path": versions["2"], "sha256": "ABC"}}), "version 2: sha256 must be 64 lower-case hex"),
             (
@@ -141,6 +191,29 @@ def test_admin_api_needs_a_token_and_refuses_bad_documents(versions):
             assert response.status_code == 422, document
             assert re.search(message, response.json()["detail"]), response.json()["detail"]
         assert client.get("/admin/routing", headers=AUTH).json()["aliases"] == {"champion": Path(versions["1"]).stem}
+
+
+def _fixed_batch_copy(source: str, path: Path, batch: int) -> str:
+    """The model with its input's batch dimension fixed to ``batch``."""
+    import onnx
+
+    proto = onnx.load(source)
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_value = batch
+    onnx.save(proto, path)
+    return str(path)
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_a_version_that_cannot_take_the_services_largest_batch_is_refused(tmp_path, versions, images, batching):
+    fixed = _fixed_batch_copy(versions["1"], tmp_path / "fixed1.onnx", 1)
+    with TestClient(create_app(Settings(model=versions["1"], admin_token=TOKEN, batching=batching))) as client:
+        refused = client.put("/admin/routing", json={"versions": {"f": fixed}, "aliases": {"champion": "f"}}, headers=AUTH)
+        batch = client.post("/predict", json=serving.payload(images[:5]))
+    assert refused.status_code == 422 and refused.json()["error"] == "bad_routing", refused.text
+    assert ("at most 1 example(s); the service takes [n, 1, 8, 8] float32 with up to 64" in refused.json()["detail"]) or (
+        batching and "batching merges requests" in refused.json()["detail"]
+    ), refused.json()["detail"]
+    assert batch.status_code == 200 and len(batch.json()["predictions"]) == 5  # the champion did not change
 
 
 def test_routing_with_sha256s_serves_only_the_registered_files(tmp_path, versions, images):

@@ -205,3 +205,53 @@ def test_q3_rejects_a_filter_on_the_post_method_instead_of_the_path():
 
     outcome = q3.evaluate(every_post)
     assert outcome.status == "incorrect" and 'path="/predict"' in outcome.message
+
+
+def test_q2_rejects_a_150_ms_sleep_on_the_loop_around_a_threaded_run():
+    import asyncio
+    import time
+
+    async def sleeps_first(session, feeds):
+        time.sleep(0.15)  # blocks every other request for 150 ms
+        return await asyncio.to_thread(session.run, None, feeds)
+
+    outcome = q2.evaluate(sleeps_first)
+    assert outcome.status == "incorrect" and "event loop was blocked for 0.1" in outcome.message, outcome.message
+
+
+def test_q2_rejects_feeds_cast_to_float64_as_onnx_runtime_does():
+    import asyncio
+
+    import numpy as np
+
+    async def casts(session, feeds):
+        return await asyncio.to_thread(session.run, None, {"image": feeds["image"].astype(np.float64)})
+
+    outcome = q2.evaluate(casts)
+    assert outcome.status == "incorrect" and "float64 array for the float32 input" in outcome.message, outcome.message
+
+
+def test_q3_rejects_a_rounded_rate_and_a_hard_coded_list_of_error_statuses():
+    from labsupport.topics.serving import parse_metrics
+
+    def predict_counts(text):
+        return {
+            dict(labels)["status"]: value
+            for (name, labels), value in parse_metrics(text).items()
+            if name == "onnx_service_requests_total" and dict(labels)["path"] == "/predict"
+        }
+
+    def rounded(text):
+        counts = predict_counts(text)
+        total = sum(counts.values())
+        return round(sum(v for s, v in counts.items() if int(s) >= 400) / total, 2) if total else 0.0
+
+    def statuses_seen_in_the_notebook(text):  # 413, 422 and 500 only: a 400 (not JSON) or a 499 (client left) is missed
+        counts = predict_counts(text)
+        total = sum(counts.values())
+        return sum(v for s, v in counts.items() if s in ("413", "422", "500")) / total if total else 0.0
+
+    for wrong in (rounded, statuses_seen_in_the_notebook):
+        outcome = q3.evaluate(wrong)
+        assert outcome.status == "incorrect", wrong.__name__
+        assert "the error rate is 0.428571" in outcome.message or "the error rate is 0.4," in outcome.message, outcome.message

@@ -51,12 +51,14 @@ async def get_routing(service: AdminDep) -> dict[str, Any]:
 async def put_routing(request: Request, service: AdminDep) -> JSONResponse:
     try:
         document = parse_json(await read_body(request, service.settings.max_body_bytes))
-        new = await anyio.to_thread.run_sync(routing.build, document, service.router, service.load_version, service.make_batcher)
+        new = await anyio.to_thread.run_sync(
+            routing.build, document, service.router, service.contract, service.load_version, service.make_batcher
+        )
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
     except (routing.RoutingError, ModelError) as error:
         return JSONResponse({"error": "bad_routing", "detail": str(error)[:MAX_DETAIL]}, status_code=422)
     answer = JSONResponse(new.describe())  # encoded before the switch: a document that cannot be answered changes nothing
-    service.router = new  # one assignment: requests in flight finish on the router they started with
+    service.switch_router(new)  # one assignment: requests in flight finish on the router they started with
     log.info("routing changed: aliases %s, challenger %d%%, shadow %s", dict(new.aliases), new.challenger_percent, new.shadow)
     return answer

@@ -31,6 +31,7 @@ from .service import Service
 
 log = logging.getLogger("onnx_service")
 KNOWN_PATHS = {"/predict", "/health", "/ready", "/metrics", "/docs", "/openapi.json", "/admin/routing"}
+METHODS = {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"}  # any other method is counted as "other"
 DOCS_ASSETS = "/docs/assets"
 _INTERNAL_ERROR = b'{"error":"internal","detail":"internal server error; the incident was logged"}'
 
@@ -64,9 +65,13 @@ class MetricsAndErrors:
                 await send({"type": "http.response.start", "status": 500, "headers": headers})
                 await send({"type": "http.response.body", "body": _INTERNAL_ERROR})
         finally:
-            path = scope.get("path", "")
+            # labels from a fixed set: a client inventing methods or paths must not add metric series without bound
+            path, method = scope.get("path", ""), scope.get("method", "")
             self.metrics.request_finished(
-                scope.get("method", ""), path if path in KNOWN_PATHS else "other", status["code"], time.perf_counter() - start
+                method if method in METHODS else "other",
+                path if path in KNOWN_PATHS else "other",
+                status["code"],
+                time.perf_counter() - start,
             )
 
 
@@ -128,10 +133,13 @@ def _serve_docs_offline(app: FastAPI) -> None:
 def create_app(settings: Settings | None = None, model: LoadedModel | None = None) -> FastAPI:
     """The application for ``settings`` (default: from the environment); loads the model unless one is given."""
     settings = settings or Settings.from_env()
+    settings.validate()  # also settings built in code (from_env validates its own)
     model = model or load_served_model(settings.model, settings.model_sha256, settings.threads, settings.model_name, settings.provider)
     service = Service(settings, model, cpu_budget())
     if settings.routing:
-        service.router = routing.build(_read_routing(settings.routing), service.router, service.load_version, service.make_batcher)
+        service.router = routing.build(
+            _read_routing(settings.routing), service.router, service.contract, service.load_version, service.make_batcher
+        )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -13,6 +13,7 @@ never a hang.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
@@ -86,6 +87,18 @@ class Batcher:
         self._waiting_rows += len(rows)
         self._arrived.set()
         return await item.future
+
+    async def close(self) -> None:
+        """Stop the collector task once every queued request was answered (a version the routing no longer uses).
+
+        Without it the pending task is destroyed with its Batcher, and asyncio logs "Task was destroyed but it is pending!".
+        """
+        while self._waiting or self._running:
+            await asyncio.sleep(0.01)
+        if self._collector is not None and not self._collector.done():
+            self._collector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._collector
 
     async def _collect(self) -> None:
         while True:

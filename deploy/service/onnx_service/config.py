@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
 from .providers import PROVIDERS
+from .routing import VERSION_NAME
 
 PREFIX = "ONNX_SERVICE_"
 HANDLERS = ("threadpool", "naive")
@@ -23,7 +24,7 @@ class Settings:
 
     model: str = "artifacts/digits_cnn.onnx"  # path of the .onnx file (relative to the working directory)
     model_sha256: str = ""  # expected sha256 of the model file; empty = not checked
-    model_name: str = ""  # name shown in /ready and /predict; empty = the file name without .onnx
+    model_name: str = ""  # version name in /predict answers, X-Model-Version and /metrics; empty = the file name without .onnx
     host: str = "127.0.0.1"  # loopback only by default; the container sets 0.0.0.0
     port: int = 8080
     workers: int = 1  # uvicorn worker processes (each loads its own copy of the model)
@@ -64,6 +65,8 @@ class Settings:
 
         if not self.model:
             raise bad("model", "the path of an .onnx file")
+        if self.model_name and not VERSION_NAME.fullmatch(self.model_name):
+            raise bad("model_name", "1-64 characters among A-Z a-z 0-9 . _ - (it travels in the X-Model-Version header)")
         if self.model_sha256 and not re.fullmatch(r"[0-9a-fA-F]{64}", self.model_sha256):
             raise bad("model_sha256", "64 hexadecimal digits (the output of sha256sum)")
         if not 0 <= self.port <= 65535:

@@ -93,6 +93,14 @@ class LoadedModel:
         limit = min(max_batch, self.fixed_batch) if self.fixed_batch else max_batch
         return InputContract(self.input.name, np.dtype(_NUMPY_TYPES[self.input.type]), dims, limit)
 
+    def free_dimensions(self) -> list[str]:
+        """The input's non-batch dimensions each request chooses (their names, or "axis i"); [] when all are fixed."""
+        return [
+            d if isinstance(d, str) and d else f"axis {axis}"
+            for axis, d in enumerate(self.input.shape)
+            if axis > 0 and not (isinstance(d, int) and d > 0)
+        ]
+
     def describe(self) -> dict[str, Any]:
         """Name, opset, sha256 and signature (what GET /ready shows)."""
         return {
@@ -134,15 +142,19 @@ def load_served_model(path: str | Path, expected_sha256: str = "", threads: int 
     import onnx
     import onnxruntime as ort
 
+    from .validation import excerpt  # (validation imports this module)
+
     path = Path(path)
+    shown = excerpt(str(path), tail=True)  # a routing document's path comes from a client: an excerpt that keeps the file name
     try:
         if not path.exists():
-            raise ModelError(f"model file not found: {path} (set ONNX_SERVICE_MODEL to the path of an .onnx file)")
+            raise ModelError(f"model file not found: {shown} (set ONNX_SERVICE_MODEL to the path of an .onnx file)")
         if not path.is_file():
-            raise ModelError(f"model path is not a file: {path}")
+            raise ModelError(f"model path is not a file: {shown}")
         actual = sha256_file(path)
     except (OSError, ValueError) as error:  # a name too long for the file system, a character it cannot encode, no permission
-        raise ModelError(f"cannot read the model file {str(path)[:200]!r}: {type(error).__name__}: {str(error)[:200]}") from None
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else excerpt(str(error))  # OSError's text repeats the path
+        raise ModelError(f"cannot read the model file {shown}: {type(error).__name__}: {reason}") from None
     if expected_sha256 and actual != expected_sha256.lower():
         raise ModelError(
             f"model sha256 mismatch for {path.name}: expected {expected_sha256.lower()}, the file has {actual} "

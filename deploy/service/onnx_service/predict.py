@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
-from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, RuntimeException
 
 from . import routing
 from .batching import QueueFull
@@ -37,8 +37,14 @@ async def predict(request: Request, service: Annotated[Service, Depends(get_serv
     except QueueFull as full:
         headers = {"Retry-After": str(full.retry_after)}
         return JSONResponse({"error": "overloaded", "detail": str(full)}, status_code=503, headers=headers)
-    except InvalidArgument as error:  # a shape the signature allows but the model's operators refuse (e.g. too small for a Conv)
+    except (InvalidArgument, Fail, RuntimeException) as error:
+        if not refused_by_the_model(error, version):
+            raise  # the model failed on a shape it must take: a server fault (500, logged)
         detail = f"the model refused inputs of shape {list(batch.shape)}: {str(error)[:300]}"
+        return JSONResponse({"error": "model_refused_input", "detail": detail}, status_code=422)
+    rows = sorted({len(output) for output in outputs})
+    if rows != [len(batch)]:  # e.g. a Reshape [-1, 64] of a 16x16 image: 4 rows for 1 example
+        detail = f"the model answered {rows} rows for the {len(batch)} example(s) of shape {list(batch.shape)}: it does not take this shape"
         return JSONResponse({"error": "model_refused_input", "detail": detail}, status_code=422)
     result = {"model": version.model.name, "version": version.name, "alias": alias, "batch_size": len(batch)}
     result.update(version.model.postprocess(outputs))
@@ -49,9 +55,19 @@ async def predict(request: Request, service: Annotated[Service, Depends(get_serv
         return JSONResponse({"error": "non_finite_output", "detail": detail}, status_code=422)
     service.metrics.observe_version(version.name, alias)
     shadow = router_now.versions.get(router_now.shadow) if router_now.shadow else None
-    if shadow is not None and shadow is not version:
+    if shadow is not None and shadow is not version and alias == routing.CHAMPION:  # the shadow is compared with the champion only
         service.start_shadow(shadow, batch, result["predictions"])
     return Response(text, media_type="application/json", headers={"X-Model-Version": version.name})
+
+
+def refused_by_the_model(error: Exception, version: routing.Version) -> bool:
+    """Whether an ONNX Runtime error is the request's shape being refused, not a fault of the service.
+
+    ORT checks shapes against the model's signature (InvalidArgument); with free non-batch dimensions
+    the request chooses sizes the model's operators may not take (a Reshape or a Conv fails, as Fail or
+    RuntimeException): both are the input's fault (422). Any other failure of a fixed-shape model is a 500.
+    """
+    return isinstance(error, InvalidArgument) or bool(version.model.free_dimensions())
 
 
 def request_schema(service: Service) -> dict[str, Any]:

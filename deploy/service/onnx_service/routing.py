@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import LoadedModel
+from .model import InputContract, LoadedModel
 from .validation import excerpt
 
 CHAMPION, CHALLENGER = "champion", "challenger"
@@ -82,12 +82,20 @@ class Router:
         }
 
 
+VERSION_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # names travel in the X-Model-Version header and in metric labels
+
+
+def version_name(stem: str) -> str:
+    """A file stem as a version name: characters outside VERSION_NAME become "_" (a stem with none of them: "1")."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("_")[:64]
+    return name or "1"
+
+
 def single(name: str, model: LoadedModel, runner: Any = None) -> Router:
     """The router of a service started with one model: that model is the champion."""
     return Router({name: Version(name, model, runner)}, {CHAMPION: name}, paths={name: str(model.path)})
 
 
-VERSION_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # names travel in the X-Model-Version header and in metric labels
 SHA256 = re.compile(r"[0-9a-f]{64}")
 MAX_PATH_CHARS = 1024
 VERSION_FIELDS = ("path", "sha256")
@@ -179,23 +187,30 @@ def _verified(name: str, model: LoadedModel, expected: str | None) -> LoadedMode
     return model
 
 
-def build(document: Any, current: Router, load: Callable[[str], LoadedModel], make_runner: Callable[[LoadedModel], Any]) -> Router:
+def build(
+    document: Any,
+    current: Router,
+    contract: InputContract,
+    load: Callable[[str], LoadedModel],
+    make_runner: Callable[[LoadedModel], Any],
+) -> Router:
     """A new router from a routing document; versions already loaded from the same file (and sha256, if given) are reused.
 
-    Every version must take the same input as the current champion (the request contract does not
-    change under the callers' feet). Raises RoutingError (and ModelError from ``load``).
+    Every version must take every request the service's ``contract`` accepts: the same input, and batches
+    up to its ``max_batch`` (a version with a fixed batch of 1 cannot serve a 64-example request). The
+    request contract never changes under the callers' feet. Raises RoutingError (and ModelError from ``load``).
     """
     checked = check_document(document)
-    contract = current.versions[current.aliases[CHAMPION]].model.contract(1)
     loaded: dict[str, Version] = {}
     for name, path in checked.versions.items():
         expected = checked.sha256.get(name)
         reuse = next((v for n, v in current.versions.items() if current.paths.get(n) == path and expected in (None, v.model.sha256)), None)
         model = _verified(name, reuse.model if reuse else load(path), expected)
-        if model.contract(1) != contract:
+        takes = model.contract(contract.max_batch)
+        if takes != contract:
             raise RoutingError(
-                f"version {name} takes {model.contract(1).shape_text()} {model.contract(1).dtype}; "
-                f"the service takes {contract.shape_text()} {contract.dtype}"
+                f"version {name} takes {takes.shape_text(batch=True)} {takes.dtype} with at most {takes.max_batch} example(s); "
+                f"the service takes {contract.shape_text(batch=True)} {contract.dtype} with up to {contract.max_batch}"
             )
         loaded[name] = reuse if reuse and reuse.name == name else Version(name, model, reuse.runner if reuse else make_runner(model))
     return Router(loaded, checked.aliases, checked.challenger_percent, checked.shadow, checked.versions)

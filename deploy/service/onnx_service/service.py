@@ -4,7 +4,8 @@ One ``Service`` lives in ``app.state.service``; the routers reach it through the
 dependency. Inference slots are sized for the whole service: ``usable CPUs // (threads x workers)``
 per worker process, so all workers together run at most one inference per usable CPU (unless there
 are more workers than CPUs: each worker keeps one slot). A shadow run borrows one of those live
-slots, never an extra one: it costs no CPU beyond the live budget.
+slots, never an extra one, and only when a queued request could not use it; it still competes with
+live work for memory bandwidth and for the CPU the event loop needs (``make bench`` measures it).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class Service:
             {"name": model.name, "opset": str(model.opset), "sha256": model.sha256},
             batch_max_size=settings.batch_max_size if settings.batching else 0,
         )
-        self.router = router or routing.single(settings.model_name or model.name, model, self.make_batcher(model))
+        self.router = router or routing.single(settings.model_name or routing.version_name(model.name), model, self.make_batcher(model))
         self.metrics.queue_depth = self.queued
         self.in_flight = 0  # threadpool mode: requests running or waiting for an inference slot
         self.warm, self.draining = False, False
@@ -80,6 +81,18 @@ class Service:
             limiter=self.inference_slots,
             observe=self.metrics.observe_batch,
         )
+
+    def switch_router(self, new: routing.Router) -> None:
+        """Serve ``new`` from now on; the batchers only the old router used close once their queued requests are answered."""
+        old, self.router = self.router, new  # one assignment: requests in flight finish on the router they started with
+        kept = {id(version.runner) for version in new.versions.values()}
+        for version in old.versions.values():
+            if version.runner is not None and id(version.runner) not in kept:
+                self._keep_until_done(asyncio.get_running_loop().create_task(version.runner.close()))
+
+    def _keep_until_done(self, task: asyncio.Task) -> None:
+        self._background.add(task)  # a reference until it finishes (the loop keeps only weak ones)
+        task.add_done_callback(self._background.discard)
 
     def load_version(self, path: str) -> LoadedModel:
         """Load another version of the model with the service's thread setting."""
@@ -113,17 +126,32 @@ class Service:
         """Run each version on zeros (the first runs allocate memory), then mark the service warm.
 
         A failed run is logged and kept: /ready then answers 503 with the reason instead of "warming up" for ever.
+        A version with free non-batch dimensions is the exception: each request chooses those sizes, the
+        warm-up's guess (1) proves nothing about them, so a failure is logged as a warning and the service
+        serves (a shape the model refuses gets 422 ``model_refused_input``).
         """
         example = [d if d is not None else 1 for d in self.contract.example_shape]
-        try:
-            for version in list(self.router.versions.values()):
+        for version in list(self.router.versions.values()):
+            try:
                 for size in self.warm_up_sizes():
                     zeros = np.zeros([size, *example], dtype=self.contract.dtype)
-                    await anyio.to_thread.run_sync(version.model.run, zeros, limiter=self.inference_slots)
-        except Exception as error:
-            self.warm_up_error = f"{type(error).__name__} on zeros of shape {[size, *example]}: {str(error)[:300]}"
-            log.error("warm-up of version %s failed; /ready stays 503: %s", version.name, self.warm_up_error)
-            return
+                    outputs = await anyio.to_thread.run_sync(version.model.run, zeros, limiter=self.inference_slots)
+                    if any(len(output) != size for output in outputs):
+                        raise ModelError(f"{size} examples gave outputs of {[len(output) for output in outputs]} rows")
+            except Exception as error:
+                failure = f"{type(error).__name__} on zeros of shape {[size, *example]}: {str(error)[:300]}"
+                free = version.model.free_dimensions()
+                if free:
+                    log.warning(
+                        "warm-up of version %s skipped: its free dimensions (%s) are set by each request, and the guess failed: %s",
+                        version.name,
+                        ", ".join(free),
+                        failure,
+                    )
+                    continue
+                self.warm_up_error = failure
+                log.error("warm-up of version %s failed; /ready stays 503: %s", version.name, failure)
+                return
         self.warm = True
 
     def _timed_run(self, version_model: LoadedModel, batch: Any) -> tuple[list[Any], float]:
@@ -157,8 +185,8 @@ class Service:
         """Run the shadow version on a borrowed live slot, or count it skipped.
 
         It starts only when no live request waits and at least two live slots are free: it takes one and
-        leaves one for the next live request. It never adds a slot, so it never uses CPU beyond the live
-        budget; with one slot per worker it never runs (every shadow example is counted as skipped).
+        leaves one for the next live request, so it never takes a slot a queued request could use. It never
+        adds a slot; with one slot per worker it never runs (every shadow example is counted as skipped).
         """
         if self.inference_slots.available_tokens < 2 or self.queued() > 0:
             self.metrics.observe_shadow(shadow.name, None, served, skipped=True)
@@ -166,9 +194,7 @@ class Service:
         borrower = object()
         self.inference_slots.acquire_on_behalf_of_nowait(borrower)  # on the loop: nothing took the slot since the check
         self.shadow_running += 1
-        task = asyncio.get_running_loop().create_task(self._shadow_run(shadow, batch, served, borrower))
-        self._background.add(task)  # a reference until it finishes (the loop keeps only weak ones)
-        task.add_done_callback(self._background.discard)
+        self._keep_until_done(asyncio.get_running_loop().create_task(self._shadow_run(shadow, batch, served, borrower)))
 
     async def _shadow_run(self, shadow: routing.Version, batch: Any, served: list, borrower: object) -> None:
         try:

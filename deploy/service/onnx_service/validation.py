@@ -27,9 +27,13 @@ class RequestError(Exception):
         return {"error": self.code, "detail": self.message}
 
 
-def excerpt(text: str) -> str:
-    """``text`` as a repr, cut to EXCERPT_CHARS characters: error messages never echo unbounded client input."""
-    return repr(text) if len(text) <= EXCERPT_CHARS else repr(text[:EXCERPT_CHARS]) + f"... ({len(text)} characters)"
+def excerpt(text: str, tail: bool = False) -> str:
+    """``text`` as a repr, cut to EXCERPT_CHARS characters (its end when ``tail``: a path's file name): error messages never echo unbounded client input."""
+    if len(text) <= EXCERPT_CHARS:
+        return repr(text)
+    if tail:
+        return "..." + repr(text[-EXCERPT_CHARS:]) + f" ({len(text)} characters)"
+    return repr(text[:EXCERPT_CHARS]) + f"... ({len(text)} characters)"
 
 
 def _parse_int(token: str) -> int | float:
