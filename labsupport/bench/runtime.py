@@ -210,7 +210,7 @@ def provider_models() -> dict[str, tuple[Path, Callable[[int], np.ndarray]]]:
 
 
 def provider_table(batch_sizes: Sequence[int] = (1, 64), *, repeat: int = 30) -> tuple[list[dict[str, object]], str]:
-    """OpenVINO EP vs CPU EP (each with its default threads) per model and batch, in one run, with an A/A row.
+    """OpenVINO EP (its CPU device, f32 hint) vs CPU EP, each with its default threads, per model and batch, with an A/A row.
 
     Returns the rows (model, batch, candidate, median ms, ratio to the CPU EP, same predictions) and a note:
     empty when OpenVINO ran, else why it could not (``plugins.register_openvino().reason``).

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import random
+import sys
 import tempfile
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
 import onnxruntime as ort
+from onnxruntime.capi import _pybind_state
+from onnxruntime.capi import onnxruntime_pybind11_state as _pybind11_state
 
 from labsupport.exercises import Exercise, Incorrect, NotAttempted
 from labsupport.exercises.checks import error_summary
@@ -37,12 +41,13 @@ def _other_available_provider() -> str | None:
 def _priority_lists() -> list[list]:
     """Lists whose real primary provider is neither the first requested one, nor the last one, nor always the CPU.
 
-    Some entries are ``(name, options)`` pairs, as real lists with provider options are.
+    With a second available provider, its wish sits in the middle behind a missing one: the session falls back
+    to the *next* wish, not to the CPU. Some entries are ``(name, options)`` pairs, as real lists with options are.
     """
     missing, other = _unavailable_provider(), _other_available_provider()
     lists: list[list] = [[missing, CPU], [CPU, other or missing]]
     if other:
-        lists += [[other, CPU], [(other, {}), (CPU, {})]]
+        lists += [[other, CPU], [(other, {}), (CPU, {})], [missing, other, CPU], [(missing, {}), (other, {}), (CPU, {})]]
     lists.append([(missing, {}), CPU])
     return lists
 
@@ -70,11 +75,7 @@ def _check_used_provider_quietly(used_provider) -> str:
             got = used_provider(model, list(providers))
         _require_name(got)
         if got != truth:
-            why = (
-                "it was requested, but it is not available here, so the session cannot run on it"
-                if got not in ort.get_available_providers()
-                else ""
-            )
+            why = _why_not(got, truth, providers)
             raise Incorrect(
                 f"for the priority list {providers} the session's primary provider is {truth}, you returned {got}"
                 + (f": {why}; the list is only a wish, ask the session" if why else "")
@@ -88,6 +89,15 @@ def _check_used_provider_quietly(used_provider) -> str:
     truths.append(_check_listed_but_not_started(used_provider, model))
     _require_a_session(used_provider)
     return "you asked the session, not the list: " + "; ".join(truths)
+
+
+def _why_not(got: str, truth: str, providers: list) -> str:
+    """The misconception behind a wrong primary provider, or '' when none is recognised."""
+    if got not in ort.get_available_providers():
+        return "it was requested, but it is not available here, so the session cannot run on it"
+    if got == CPU and truth != _provider_name(providers[0]):
+        return f"when a wish cannot be met the session goes on to the next one ({truth} here), not straight to the CPU"
+    return ""
 
 
 def _require_name(got) -> None:
@@ -104,7 +114,7 @@ def _check_listed_but_not_started(used_provider, model: str) -> str:
     missing = _unavailable_provider()
     providers = [missing, CPU]
     truth = open_session(model, providers=providers).get_providers()[0]
-    with _listed_as_available(missing):
+    with _listed_as_available(missing, used_provider):
         got = used_provider(model, list(providers))
     _require_name(got)
     if got != truth:
@@ -117,14 +127,29 @@ def _check_listed_but_not_started(used_provider, model: str) -> str:
 
 
 @contextmanager
-def _listed_as_available(name: str):
-    """While the block runs, ort.get_available_providers() also lists ``name`` (sessions still use the real list)."""
+def _listed_as_available(name: str, used_provider):
+    """While the block runs, get_available_providers() also lists ``name`` (sessions still use the real list).
+
+    Every binding of the function is replaced: ``ort.``'s, the ``onnxruntime.capi`` modules' and the names the
+    learner's function sees in its globals (``from onnxruntime import get_available_providers``).
+    """
     original = ort.get_available_providers
-    ort.get_available_providers = lambda: [name, *original()]
+
+    def listed() -> list[str]:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        from_onnxruntime = caller == "onnxruntime" or caller.startswith("onnxruntime.")
+        return original() if from_onnxruntime else [name, *original()]
+
+    bindings = [vars(module) for module in (ort, _pybind_state, _pybind11_state)]
+    bindings.append(getattr(inspect.unwrap(used_provider), "__globals__", {}))
+    replaced = [(namespace, key) for namespace in bindings for key, value in list(namespace.items()) if value is original]
+    for namespace, key in replaced:
+        namespace[key] = listed
     try:
         yield
     finally:
-        ort.get_available_providers = original
+        for namespace, key in replaced:
+            namespace[key] = original
 
 
 @contextmanager
@@ -251,6 +276,11 @@ def _op_totals(kernels: list[tuple[str, str, int]]) -> dict[str, int]:
     return totals
 
 
+def _most_called(kernels: list[tuple[str, str, int]]) -> str:
+    counts = _op_totals([(node, op, 1) for node, op, _ in kernels])
+    return max(counts, key=counts.get)
+
+
 def _check_slowest(slowest_op) -> str:
     if not callable(slowest_op):
         raise Incorrect(f"expected a function profile_path -> operator type, got {type(slowest_op).__name__}")
@@ -273,8 +303,11 @@ def _check_slowest(slowest_op) -> str:
                 )
             if got == min(totals, key=totals.get):
                 raise Incorrect(f"{got!r} has the smallest total kernel time; the slowest operator has the largest")
-            if got == "Relu":
-                raise Incorrect("Relu runs most often, but that is a count: sum the durations ('dur') per op type")
+            if got == _most_called(kernels):
+                raise Incorrect(
+                    f"{got!r} has the most kernel events, and counting events or adding up their start times ('ts') "
+                    "favours the op that runs most often: sum the durations ('dur') per op type"
+                )
             if got in (kernels[0][1], kernels[-1][1]):
                 raise Incorrect(
                     f"{got!r} is the op of the first or last kernel event; events come in execution order: "
@@ -297,6 +330,12 @@ def _check_no_fallback(options) -> str:
             "ORT_PARALLEL adds an inter-op thread pool (one thread per core unless inter_op_num_threads is 1): "
             "the session is not single-threaded; keep the default ORT_SEQUENTIAL"
         )
+    if options.has_providers():
+        raise Incorrect(
+            "these options add an execution provider themselves (add_provider or add_provider_for_devices): with the "
+            "CPU EP added and its fallback disabled ORT refuses every session opened without a providers list "
+            "('Conflicting session configuration'); set only the thread count and the config entry"
+        )
     from labsupport.models.digits_cnn import ensure_digits_cnn
 
     severity, options.log_severity_level = options.log_severity_level, 4  # the error below is the message: no red log line
@@ -306,13 +345,17 @@ def _check_no_fallback(options) -> str:
             # enable_fallback=0: no retry on the CPU by ORT's Python wrapper, so no "EP Error" banner on stdout
             ort.InferenceSession(str(ensure_digits_cnn()), sess_options=options, providers=[_unavailable_provider()], enable_fallback=0)
     except Exception as error:  # the failure is the point
-        if "fallback" not in str(error).lower():
+        if _FALLBACK_REFUSAL not in str(error):
             reason = error_summary(error)
             raise Incorrect(f"the session failed, but not because the CPU fallback is disabled: {reason}") from error
         return "a session with an unavailable provider now fails loudly instead of running on the CPU"
     finally:
         options.log_severity_level = severity
     raise Incorrect("a session with these options and an unavailable provider still ran: the CPU fallback is not disabled")
+
+
+# ORT 1.31's error when a node is left for the CPU EP and session.disable_cpu_ep_fallback is "1"
+_FALLBACK_REFUSAL = "fallback to CPU EP has been explicitly disabled"
 
 
 def _has_entry(options: ort.SessionOptions) -> bool:

@@ -15,8 +15,10 @@ OPENVINO = "OpenVINOExecutionProvider"
 OPENVINO_PACKAGE = "onnxruntime-ep-openvino"
 INTEL = 0x8086
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
-# OpenVINO's CPU plugin runs in bf16 where the CPU has AVX-512 BF16 or AMX unless told otherwise
+# OpenVINO's CPU plugin runs in bf16 where the CPU has AVX-512 BF16 or AMX unless told otherwise; the hint
+# configures OpenVINO's CPU device only, the one device the course opens (see register_openvino)
 F32_HINT = {"load_config": json.dumps({"CPU": {"INFERENCE_PRECISION_HINT": "f32"}})}
+OPENVINO_CPU = "CPU"  # ep_metadata["ov_device"] of OpenVINO's CPU device (others: "GPU", "NPU")
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,11 @@ class PluginStatus:
 
 
 def register_openvino() -> PluginStatus:
-    """Register the OpenVINO plugin library with ORT (once per process) and report the devices it offers."""
+    """Register the OpenVINO plugin library with ORT (once per process) and report its CPU device, if it offers one.
+
+    Only the CPU device is kept (``ep_metadata["ov_device"] == "CPU"``): an Intel iGPU or NPU would run in its own
+    default precision, which ``F32_HINT`` does not set, and the lessons compare OpenVINO with the CPU provider.
+    """
     try:
         import onnxruntime_ep_openvino
     except ImportError:
@@ -52,8 +58,13 @@ def register_openvino() -> PluginStatus:
     except Exception as error:  # ORT refuses a second registration under one name: that one is in place
         if "already registered" not in str(error):
             raise
-    devices = tuple(ep_devices(OPENVINO))
+    devices = tuple(device for device in ep_devices(OPENVINO) if openvino_device_kind(device) == OPENVINO_CPU)
     return PluginStatus(OPENVINO, registered=True, devices=devices, reason="" if devices else why_no_device())
+
+
+def openvino_device_kind(device: ort.OrtEpDevice) -> str:
+    """OpenVINO's own name for the device of an EP-device pair ("CPU", "GPU", "NPU"), from its ``ov_device`` metadata."""
+    return dict(device.ep_metadata).get("ov_device", "")
 
 
 def ep_devices(provider: str) -> list[ort.OrtEpDevice]:
@@ -73,6 +84,9 @@ def cpu_vendor() -> tuple[str, int]:
 
 
 def why_no_device() -> str:
+    others = sorted({openvino_device_kind(device) for device in ep_devices(OPENVINO)})
+    if others:
+        return f"OpenVINO offers {', '.join(others)} but not its CPU device, the only one the course opens"
     vendor, vendor_id = cpu_vendor()
     if vendor_id == INTEL:
         return "ORT reports an Intel CPU, yet OpenVINO offered no device: check the plugin's version against onnxruntime's"

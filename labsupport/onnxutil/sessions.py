@@ -321,6 +321,40 @@ def run_concurrently(
         return list(pool.map(lambda feeds: session.run(names, dict(feeds)), requests))
 
 
+# run in a fresh interpreter: the threads a default CPU session adds to its process (psutil: Linux, macOS, Windows)
+_POOL_PROBE = """
+import sys, onnxruntime, psutil
+before = psutil.Process().num_threads()
+session = onnxruntime.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+print(psutil.Process().num_threads() - before)
+"""
+
+
+def default_pool_threads(model: str | os.PathLike[str], *, env: Mapping[str, str] | None = None, cpus: set[int] | None = None) -> int:
+    """Threads that a session with default SessionOptions starts, counted in a fresh Python process.
+
+    ``env`` adds environment variables (``ORT_INTRA_OP_NUM_THREADS``); ``cpus`` pins that process to those CPUs
+    before ORT starts (``os.sched_setaffinity``, Linux only).
+    """
+    import subprocess
+    import sys
+
+    if cpus is not None and not hasattr(os, "sched_setaffinity"):
+        raise ValueError("pinning a process to CPUs needs os.sched_setaffinity (Linux); pass cpus=None here")
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+    result = subprocess.run(
+        [sys.executable, "-c", _POOL_PROBE, str(model)],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        check=False,
+        preexec_fn=pin,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"the thread-count probe failed: {result.stderr.strip()[-500:]}")
+    return int(result.stdout.split()[-1])
+
+
 @dataclass(frozen=True)
 class SavedModelCheck:
     """What ``check_saved_model`` found: the file, its size, its inputs and outputs, one parity report per output."""

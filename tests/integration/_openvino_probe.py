@@ -5,6 +5,7 @@ OpenVINO cells executed here (the test compares them with the committed outputs)
 import contextlib
 import io
 import json
+import shutil
 import sys
 import time
 import warnings
@@ -36,6 +37,8 @@ def main() -> None:
     model_path = ensure_digits_cnn()
     namespace = {
         "ort": ort,
+        "json": json,
+        "shutil": shutil,
         "onnx": onnx,
         "np": np,
         "plugins": plugins,
@@ -74,6 +77,10 @@ def main() -> None:
         "openvino_nodes": int((placed["provider"] == plugins.OPENVINO).sum()),
         "precision_gaps": namespace["precision_gaps"],
         "context_ops": namespace["context_ops"],
+        "device_kinds": [plugins.openvino_device_kind(device) for device in status.devices],
+        "cache_dir_option_files": sorted(path.name for path in namespace["ignored_cache"].iterdir()),
+        "openvino_cache_files": sorted(path.suffix for path in namespace["openvino_cache"].iterdir()),
+        "cache_load_seconds": {label: s for label, s in namespace["load_seconds"].items() if label.startswith("OpenVINO cache")},
         "openvino_bench_models": [row["model"] for row in namespace["provider_rows"] if row["candidate"] == runtime_bench.OPENVINO_EP],
     }
     print(json.dumps({"facts": facts, "outputs": outputs}))

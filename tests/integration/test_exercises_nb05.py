@@ -278,3 +278,126 @@ def test_q3_message_keeps_the_reason_without_orts_location_or_fallback_banner(ca
     assert outcome.status == "incorrect" and "not because the CPU fallback is disabled" in outcome.message
     assert "onnxruntime_src" not in outcome.message and ".cc:" not in outcome.message
     assert "EP Error" not in capsys.readouterr().out
+
+
+def _name(entry):
+    return entry[0] if isinstance(entry, tuple) else entry
+
+
+def _first_wish_or_cpu(path, providers):
+    """The misconception that a failed first wish falls back to the CPU (ORT goes on to the next wish)."""
+    session = ort.InferenceSession(path, providers=providers)
+    first = _name(providers[0])
+    return first if first in session.get_providers() else "CPUExecutionProvider"
+
+
+def _first_wish_only(path, providers):
+    return ort.InferenceSession(path, providers=providers[:1]).get_providers()[0]
+
+
+def _filter_with_imported_name(path, providers):
+    """The wish filter through a name imported from onnxruntime (not the ort. attribute), plus an ignored session."""
+    from onnxruntime import get_available_providers
+
+    ort.InferenceSession(path, providers=providers).get_providers()
+    return next(_name(entry) for entry in providers if _name(entry) in get_available_providers())
+
+
+_imported_get_available_providers = ort.get_available_providers
+
+
+def _filter_with_module_level_import(path, providers):
+    ort.InferenceSession(path, providers=providers).get_providers()
+    return next(_name(entry) for entry in providers if _name(entry) in _imported_get_available_providers())
+
+
+def _filter_with_capi(path, providers):
+    from onnxruntime.capi import _pybind_state
+
+    ort.InferenceSession(path, providers=providers).get_providers()
+    return next(_name(entry) for entry in providers if _name(entry) in _pybind_state.get_available_providers())
+
+
+@pytest.mark.skipif("AzureExecutionProvider" not in ort.get_available_providers(), reason="needs a second available provider")
+@pytest.mark.parametrize(("wrong", "says"), [(_first_wish_or_cpu, "next one"), (_first_wish_only, "next one")])
+def test_q1_rejects_answers_that_skip_from_a_failed_wish_to_the_cpu(wrong, says):
+    outcome = nb05.q1.evaluate(wrong)
+    assert outcome.status == "incorrect" and says in outcome.message and "AzureExecutionProvider" in outcome.message
+
+
+@pytest.mark.skipif("AzureExecutionProvider" not in ort.get_available_providers(), reason="needs a second available provider")
+def test_q1_lists_put_the_primary_provider_in_the_middle():
+    middle = [nb05._unavailable_provider(), "AzureExecutionProvider", "CPUExecutionProvider"]
+    lists = nb05._priority_lists()
+    assert middle in lists and [(name, {}) for name in middle] in lists
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [_filter_with_imported_name, _filter_with_module_level_import, _filter_with_capi],
+    ids=["from-import in the function", "from-import at module level", "capi function"],
+)
+def test_q1_rejects_the_wish_filter_through_any_binding_of_get_available_providers(wrong):
+    outcome = nb05.q1.evaluate(wrong)
+    assert outcome.status == "incorrect" and "get_available_providers() lists" in outcome.message
+    assert ort.get_available_providers is _imported_get_available_providers  # every binding restored
+
+
+def test_q1_listed_provider_is_hidden_from_sessions_only():
+    missing = nb05._unavailable_provider()
+
+    def peek(path, providers):
+        return ort.get_available_providers()
+
+    with nb05._listed_as_available(missing, peek):
+        assert ort.get_available_providers()[0] == missing
+        from onnxruntime.capi import _pybind_state
+
+        assert _pybind_state.get_available_providers()[0] == missing
+        session = ort.InferenceSession(str(_digits_cnn()), providers=[missing, "CPUExecutionProvider"])
+        assert session.get_providers() == ["CPUExecutionProvider"]
+    assert missing not in ort.get_available_providers()
+
+
+def _digits_cnn():
+    from labsupport.models.digits_cnn import ensure_digits_cnn
+
+    return ensure_digits_cnn()
+
+
+def test_q3_rejects_options_that_add_the_cpu_provider_themselves():
+    answer = nb05.q3.reference_answer()
+    answer.add_provider("CPUExecutionProvider", {})
+    outcome = nb05.q3.evaluate(answer)
+    assert outcome.status == "incorrect" and "Conflicting session configuration" in outcome.message
+    with pytest.raises(Exception, match="Conflicting session configuration"):  # what the message says is ORT's refusal
+        ort.InferenceSession(str(_digits_cnn()), sess_options=answer)
+
+
+def test_q3_accepts_only_the_fallback_refusal_as_the_failure():
+    assert nb05._FALLBACK_REFUSAL in str(_fallback_refusal())
+
+
+def _fallback_refusal():
+    options = nb05.q3.reference_answer()
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(str(_digits_cnn()), sess_options=options)
+    except Exception as error:
+        return error
+    raise AssertionError("the reference options let a session run with the CPU fallback disabled")
+
+
+def test_q2_count_message_only_for_the_op_that_runs_most_often():
+    def start_times(path):
+        from collections import Counter
+
+        totals = Counter()
+        for event in json.loads(Path(path).read_text(encoding="utf-8")):
+            if event["cat"] == "Node":
+                totals[event["args"]["op_name"]] += event["ts"]
+        return totals.most_common(1)[0][0]
+
+    outcome = nb05.q2.evaluate(start_times)
+    assert outcome.status == "incorrect" and "'ts'" in outcome.message and "'dur'" in outcome.message
+    assert nb05._most_called(nb05._TRACE_A) == "Relu" and nb05._most_called(nb05._TRACE_B) == "Relu"

@@ -83,6 +83,21 @@ def test_the_epcontext_export_holds_the_compiled_model(under_haswell):
     assert under_haswell["facts"]["context_ops"] and set(under_haswell["facts"]["context_ops"]) == {"EPContext"}
 
 
+def test_only_openvinos_cpu_device_is_opened(under_haswell):
+    assert under_haswell["facts"]["device_kinds"] == ["CPU"]
+
+
+def test_openvinos_cache_works_through_load_config_not_the_cache_dir_option(under_haswell):
+    facts = under_haswell["facts"]
+    assert facts["cache_dir_option_files"] == [], "plugin 1.8.1 ignores the provider option cache_dir"
+    assert facts["openvino_cache_files"] == [".blob"]
+    assert len(facts["cache_load_seconds"]) == 2
+
+
+def test_the_raw_call_and_the_helper_both_open_openvino(under_haswell):
+    assert set(under_haswell["facts"]["precision_gaps"]) == {"default precision", "f32 hint"}
+
+
 def test_the_provider_bench_times_openvino_on_every_model(under_haswell):
     assert under_haswell["facts"]["openvino_bench_models"] == ["CNN FP32", "CNN INT8", "wide MLP FP32", "wide MLP INT8"]
 

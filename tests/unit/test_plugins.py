@@ -76,3 +76,19 @@ def test_a_policy_session_records_the_assignment_and_the_check_catches_a_fallbac
 def test_device_name_falls_back_to_vendor_and_type():
     device = SimpleNamespace(ep_metadata={}, device=SimpleNamespace(vendor="AMD", type=SimpleNamespace(name="CPU")))
     assert plugins.device_name(device) == "AMD CPU"
+
+
+def _ov_device(kind: str):
+    return SimpleNamespace(ep_name=plugins.OPENVINO, ep_metadata={"ov_device": kind}, device=SimpleNamespace(vendor="Intel"))
+
+
+def test_only_openvinos_cpu_device_is_kept(monkeypatch):
+    monkeypatch.setattr(plugins, "ep_devices", lambda provider: [_ov_device("GPU"), _ov_device("CPU"), _ov_device("NPU")])
+    status = plugins.register_openvino()
+    assert status.registered and [plugins.openvino_device_kind(device) for device in status.devices] == ["CPU"]
+
+
+def test_without_a_cpu_device_the_reason_names_the_devices_offered(monkeypatch):
+    monkeypatch.setattr(plugins, "ep_devices", lambda provider: [_ov_device("NPU"), _ov_device("GPU")])
+    status = plugins.register_openvino()
+    assert not status.usable and status.reason == "OpenVINO offers GPU, NPU but not its CPU device, the only one the course opens"

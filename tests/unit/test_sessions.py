@@ -1,5 +1,6 @@
 """labsupport.onnxutil.sessions: provider priority lists, the providers a session really got, session options."""
 
+import os
 import warnings
 
 import numpy as np
@@ -252,3 +253,27 @@ def test_assert_providers_names_a_provider_that_is_built_in_but_did_not_start(mo
     monkeypatch.setattr(sessions, "available_providers", lambda: ["CUDAExecutionProvider", sessions.CPU])
     with pytest.raises(sessions.ProviderMismatch, match=r"listed by get_available_providers\(\) but not started .*CUDAExecutionProvider$"):
         sessions.assert_providers(session, ["CUDAExecutionProvider", sessions.CPU])
+
+
+def _saved_model(tmp_path) -> str:
+    path = tmp_path / "conv_bn_relu.onnx"
+    onnx.save(conv_bn_relu_model(), path)
+    return str(path)
+
+
+def test_default_pool_threads_follows_ort_intra_op_num_threads(tmp_path):
+    model = _saved_model(tmp_path)
+    counts = [sessions.default_pool_threads(model, env={"ORT_INTRA_OP_NUM_THREADS": n}) for n in ("1", "3")]
+    assert counts == [0, 2]  # the calling thread is the pool's first
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning needs os.sched_setaffinity (Linux)")
+def test_default_pool_ignores_the_affinity_mask(tmp_path):
+    model = _saved_model(tmp_path)
+    assert sessions.default_pool_threads(model, cpus={min(os.sched_getaffinity(0))}) == sessions.default_pool_threads(model)
+
+
+def test_pinning_without_sched_setaffinity_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.delattr(os, "sched_setaffinity", raising=False)
+    with pytest.raises(ValueError, match="sched_setaffinity"):
+        sessions.default_pool_threads(_saved_model(tmp_path), cpus={0})
