@@ -69,8 +69,9 @@ class _RecordingSession:
 def _check_cache_use(calls: list[tuple[int, int, bool]], prompt_length: int, new_tokens: int) -> None:
     """Each generation: one call on the prompt with an empty past, then one call per new token fed the previous present.*."""
     rule = (
-        f"each generation starts with one session.run on the prompt ({prompt_length} tokens, an empty past); each step after "
-        "the prompt feeds only the new token and the previous step's present.* as its past"
+        f"each generation starts with one session.run on the prompt ({prompt_length} tokens, an empty past), whose logits give "
+        f"the first token; each further call feeds only the newest token and the previous step's present.* as its past "
+        f"({new_tokens} calls in all for {new_tokens} tokens)"
     )
     if not calls:
         raise Incorrect("your loop never called session.run on the session it was given")

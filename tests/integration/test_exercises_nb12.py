@@ -86,8 +86,13 @@ def test_q1_accepts_one_prompt_at_a_time():
     assert outcome.status == CORRECT, outcome.message
 
 
+def one_call_too_many(session, prompts, new_tokens):
+    """The right tokens from a loop that runs one step more than it returns."""
+    return make_loop()(session, prompts, new_tokens + 1)[:, :new_tokens]
+
+
 def test_q1_rejects_typical_loop_mistakes():
-    not_cached = "each step after the prompt feeds only the new token and the previous step's present.*"
+    not_cached = "each further call feeds only the newest token and the previous step's present.*"
     for wrong, reason in [
         (make_loop(kv_heads=4), "your loop failed on the session"),  # the 4 query heads in the empty past
         (make_loop(restart_positions=True), "rows differ from transformers'"),  # position_ids back to 0 every step
@@ -96,6 +101,7 @@ def test_q1_rejects_typical_loop_mistakes():
         (make_loop(swap_kv=True), "not the previous present.*"),
         (recompute_loop, not_cached),  # right tokens, no cache: the whole sequence at every step
         (restart_loop, "fed 10 tokens with an empty past, after 1 of 9"),  # right tokens, the cache rebuilt at every step
+        (one_call_too_many, "made 10 session.run calls for 9 new tokens"),  # right tokens, a wasted last step
         (make_loop(with_prompt=True), "the new tokens only"),
         (make_loop(as_float=True), "integer token ids"),
         (lambda session, prompts, new_tokens: np.zeros((len(prompts), new_tokens), np.int64), "never called session.run"),

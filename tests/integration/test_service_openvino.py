@@ -3,6 +3,7 @@ answers over HTTP on an emulated Intel CPU (qemu-user, Haswell), the only kind o
 
 import platform
 import sys
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -12,7 +13,7 @@ from labsupport.course.data import load_digits
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.onnxutil.sessions import open_session
 from labsupport.topics import serving
-from onnx_service import config, model
+from onnx_service import config, model, providers
 
 
 def test_a_missing_plugin_package_stops_start_up_with_the_package_name(monkeypatch):
@@ -24,6 +25,31 @@ def test_a_missing_plugin_package_stops_start_up_with_the_package_name(monkeypat
 def test_an_unknown_provider_is_a_configuration_error():
     with pytest.raises(config.ConfigError, match="ONNX_SERVICE_PROVIDER='cuda': expected cpu or openvino"):
         config.Settings.from_env({"ONNX_SERVICE_PROVIDER": "cuda"})
+
+
+class _FakeOrt:
+    """Just enough of onnxruntime for providers._openvino_devices: OpenVINO offers the given device kinds."""
+
+    class OrtHardwareDeviceType:
+        CPU = "cpu"
+
+    def __init__(self, kinds):
+        host = SimpleNamespace(type="cpu", vendor_id=0x8086)
+        self.devices = [SimpleNamespace(ep_name=providers.OPENVINO, ep_metadata={"ov_device": kind}, device=host) for kind in kinds]
+
+    def register_execution_provider_library(self, name, path):
+        pass
+
+    def get_ep_devices(self):
+        return self.devices
+
+
+def test_only_openvinos_cpu_device_serves_and_a_gpu_alone_is_refused(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime_ep_openvino", SimpleNamespace(get_library_path=lambda: "libopenvino_ep.so"))
+    chosen = providers._openvino_devices(_FakeOrt(["GPU", "CPU", "NPU"]))
+    assert [dict(device.ep_metadata)["ov_device"] for device in chosen] == ["CPU"]  # the f32 hint covers the CPU device only
+    with pytest.raises(providers.ProviderError, match=r"offers no CPU device .*devices offered: GPU, NPU.*0x8086"):
+        providers._openvino_devices(_FakeOrt(["NPU", "GPU"]))
 
 
 def test_the_cpu_provider_is_what_ready_reports_by_default():

@@ -3,7 +3,8 @@
 OpenVINO comes as a plugin library (PyPI ``onnxruntime-ep-openvino``) registered with ORT's plugin-EP API; it offers a
 device only on CPUs it supports (Intel), and where it offers none the service refuses to start instead of quietly
 serving on the CPU provider. Its CPU device runs in bf16 where the CPU has AVX-512 BF16 or AMX unless asked for f32,
-so the service asks for f32: the answers stay those of the CPU provider to about 1e-5.
+so the service asks for f32: the answers stay those of the CPU provider to about 1e-5. Only OpenVINO's CPU device is
+used (an Intel iGPU or NPU is offered too where the machine has one; the f32 hint does not cover them).
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ def _openvino_devices(ort: Any) -> list[Any]:
     except Exception as error:  # a second registration in one process is refused: the first one stands
         if "already registered" not in str(error):
             raise ProviderError(f"ONNX Runtime could not load the OpenVINO plugin: {error}") from None
-    devices = [device for device in ort.get_ep_devices() if device.ep_name == OPENVINO]
+    offered = [device for device in ort.get_ep_devices() if device.ep_name == OPENVINO]
+    devices = [device for device in offered if dict(device.ep_metadata).get("ov_device") == "CPU"]
     if not devices:
+        kinds = ", ".join(sorted({dict(device.ep_metadata).get("ov_device", "?") for device in offered})) or "none"
         raise ProviderError(
-            "the OpenVINO plugin offers no device on this machine (it supports Intel CPUs; ONNX Runtime reports CPU vendor "
-            f"{_cpu_vendor(ort)}): serve with ONNX_SERVICE_PROVIDER=cpu here"
+            f"the OpenVINO plugin offers no CPU device on this machine (devices offered: {kinds}; it supports Intel CPUs, and "
+            f"ONNX Runtime reports CPU vendor {_cpu_vendor(ort)}): serve with ONNX_SERVICE_PROVIDER=cpu here"
         )
     return devices
 
