@@ -61,6 +61,23 @@ def test_each_caller_gets_exactly_its_rows_from_merged_batches():
     assert [examples for examples, _ in observed] == calls and sum(n for _, n in observed) == len(sizes)
 
 
+def test_a_request_queued_while_the_batcher_closes_is_still_answered():
+    batcher = _batcher(_doubling([]), limiter=CapacityLimiter(2))
+
+    async def scenario():
+        await batcher.submit(np.ones((1, 2)))
+        closing = asyncio.create_task(batcher.close())  # a routing switch stops a batcher another router still uses
+        late = asyncio.create_task(batcher.submit(np.full((1, 2), 3.0)))  # queued in the same loop iteration
+        await closing
+        answer = await asyncio.wait_for(late, 2)
+        await batcher.close()
+        return answer, batcher._collector.done()
+
+    (doubled, _), stopped = asyncio.run(scenario())
+    np.testing.assert_array_equal(doubled, np.full((1, 2), 6.0))
+    assert stopped  # closed for good once nothing waits
+
+
 def test_a_request_larger_than_max_size_runs_alone():
     calls: list[int] = []
     batcher = _batcher(_doubling(calls), max_size=4)

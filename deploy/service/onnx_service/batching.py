@@ -93,12 +93,17 @@ class Batcher:
 
         Without it the pending task is destroyed with its Batcher, and asyncio logs "Task was destroyed but it is pending!".
         """
-        while self._waiting or self._running:
-            await asyncio.sleep(0.01)
-        if self._collector is not None and not self._collector.done():
+        while True:
+            while self._waiting or self._running:
+                await asyncio.sleep(0.01)
+            if self._collector is None or self._collector.done():
+                return
             self._collector.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._collector
+            if not self._waiting:
+                return
+            self._start()  # a request queued while the collector was stopping (a router that still uses us): serve it first
 
     async def _collect(self) -> None:
         while True:
