@@ -276,6 +276,11 @@ def _pick_test_image(page: Any, index: int) -> int:
     return int(page.get_attribute("#prediction", "data-class"))
 
 
+def launch_chromium(playwright: Any, executable: str = CHROMIUM) -> Any:
+    """Chromium (Debian's, or ``ONNX_LAB_CHROMIUM``) headless with the course's flags, never a browser Playwright downloads."""
+    return playwright.chromium.launch(executable_path=executable, args=list(CHROMIUM_ARGS), headless=True)
+
+
 def _drive_browser(
     url: str, flat: np.ndarray, shown_index: int, screenshot: Path | None, executable: str, timeout_ms: float
 ) -> BrowserResult:
@@ -283,7 +288,7 @@ def _drive_browser(
 
     errors: list[str] = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=list(CHROMIUM_ARGS), headless=True)
+        browser = launch_chromium(playwright, executable)
         try:
             page = _open_page(browser, url, timeout_ms, errors)
             info = page.evaluate("() => window.onnxLab.info()")

@@ -166,7 +166,7 @@ def test_chromium_shows_each_notebook_with_its_title_outputs_and_pictures(served
             route.abort()
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=edge.CHROMIUM, args=list(edge.CHROMIUM_ARGS), headless=True)
+        browser = edge.launch_chromium(playwright)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.set_default_timeout(30_000)

@@ -127,7 +127,7 @@ def test_docs_page_renders_predict_in_a_browser_without_internet(service, requir
             route.abort()
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=edge.CHROMIUM, args=list(edge.CHROMIUM_ARGS), headless=True)
+        browser = edge.launch_chromium(playwright)
         try:
             page = browser.new_page()
             page.route("**/*", only_the_service)
