@@ -13,6 +13,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 from onnxruntime.capi import _pybind_state
+from onnxruntime.capi import onnxruntime_inference_collection as _inference_collection
 from onnxruntime.capi import onnxruntime_pybind11_state as _pybind11_state
 
 from labsupport.exercises import Exercise, Incorrect, NotAttempted
@@ -128,7 +129,7 @@ def _check_listed_but_not_started(used_provider, model: str) -> str:
 
 @contextmanager
 def _listed_as_available(name: str, used_provider):
-    """While the block runs, get_available_providers() also lists ``name`` (sessions still use the real list).
+    """While the block runs, get_available_providers() also lists ``name`` (sessions still use the real list, quietly).
 
     Every binding of the function is replaced: ``ort.``'s, the ``onnxruntime.capi`` modules' and the names the
     learner's function sees in its globals (``from onnxruntime import get_available_providers``).
@@ -140,14 +141,24 @@ def _listed_as_available(name: str, used_provider):
         from_onnxruntime = caller == "onnxruntime" or caller.startswith("onnxruntime.")
         return original() if from_onnxruntime else [name, *original()]
 
+    normalize = _inference_collection.check_and_normalize_provider_args
+
+    def normalize_quietly(*args, **kwargs):
+        # a package that lists the provider does not warn that it is missing: neither may the imitation
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=f"Specified provider '{name}' is not in available provider names")
+            return normalize(*args, **kwargs)
+
     bindings = [vars(module) for module in (ort, _pybind_state, _pybind11_state)]
     bindings.append(getattr(inspect.unwrap(used_provider), "__globals__", {}))
     replaced = [(namespace, key) for namespace in bindings for key, value in list(namespace.items()) if value is original]
     for namespace, key in replaced:
         namespace[key] = listed
+    _inference_collection.check_and_normalize_provider_args = normalize_quietly
     try:
         yield
     finally:
+        _inference_collection.check_and_normalize_provider_args = normalize
         for namespace, key in replaced:
             namespace[key] = original
 
@@ -332,9 +343,9 @@ def _check_no_fallback(options) -> str:
         )
     if options.has_providers():
         raise Incorrect(
-            "these options add an execution provider themselves (add_provider or add_provider_for_devices): with the "
-            "CPU EP added and its fallback disabled ORT refuses every session opened without a providers list "
-            "('Conflicting session configuration'); set only the thread count and the config entry"
+            "these options choose providers themselves (add_provider, add_provider_for_devices or a selection policy): "
+            "with the CPU fallback disabled ORT refuses sessions opened from them; set only the thread count and the "
+            "config entry"
         )
     from labsupport.models.digits_cnn import ensure_digits_cnn
 

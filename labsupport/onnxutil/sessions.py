@@ -323,7 +323,10 @@ def run_concurrently(
 
 # run in a fresh interpreter: the threads a default CPU session adds to its process (psutil: Linux, macOS, Windows)
 _POOL_PROBE = """
-import sys, onnxruntime, psutil
+import os, sys
+if len(sys.argv) > 2:  # pin before ORT starts (here, not in a preexec_fn of a parent that already runs threads)
+    os.sched_setaffinity(0, {int(cpu) for cpu in sys.argv[2].split(",")})
+import onnxruntime, psutil
 before = psutil.Process().num_threads()
 session = onnxruntime.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
 print(psutil.Process().num_threads() - before)
@@ -334,21 +337,20 @@ def default_pool_threads(model: str | os.PathLike[str], *, env: Mapping[str, str
     """Threads that a session with default SessionOptions starts, counted in a fresh Python process.
 
     ``env`` adds environment variables (``ORT_INTRA_OP_NUM_THREADS``); ``cpus`` pins that process to those CPUs
-    before ORT starts (``os.sched_setaffinity``, Linux only).
+    before it imports ORT (``os.sched_setaffinity``, Linux only).
     """
     import subprocess
     import sys
 
     if cpus is not None and not hasattr(os, "sched_setaffinity"):
         raise ValueError("pinning a process to CPUs needs os.sched_setaffinity (Linux); pass cpus=None here")
-    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+    pinned = [] if cpus is None else [",".join(map(str, sorted(cpus)))]
     result = subprocess.run(
-        [sys.executable, "-c", _POOL_PROBE, str(model)],
+        [sys.executable, "-c", _POOL_PROBE, str(model), *pinned],
         env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         check=False,
-        preexec_fn=pin,
     )
     if result.returncode != 0:
         raise RuntimeError(f"the thread-count probe failed: {result.stderr.strip()[-500:]}")

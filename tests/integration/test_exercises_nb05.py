@@ -1,6 +1,7 @@
 """Notebook 05's exercises: reference solutions pass, typical wrong answers fail, ____ is 'not attempted'."""
 
 import json
+import warnings
 from pathlib import Path
 
 import onnxruntime as ort
@@ -365,13 +366,32 @@ def _digits_cnn():
     return ensure_digits_cnn()
 
 
-def test_q3_rejects_options_that_add_the_cpu_provider_themselves():
-    answer = nb05.q3.reference_answer()
-    answer.add_provider("CPUExecutionProvider", {})
-    outcome = nb05.q3.evaluate(answer)
-    assert outcome.status == "incorrect" and "Conflicting session configuration" in outcome.message
-    with pytest.raises(Exception, match="Conflicting session configuration"):  # what the message says is ORT's refusal
-        ort.InferenceSession(str(_digits_cnn()), sess_options=answer)
+def test_q3_rejects_options_that_choose_providers_themselves():
+    added = nb05.q3.reference_answer()
+    added.add_provider("CPUExecutionProvider", {})
+    policy = nb05.q3.reference_answer()
+    policy.set_provider_selection_policy(ort.OrtExecutionProviderDevicePolicy.PREFER_CPU)
+    for answer in (added, policy):
+        outcome = nb05.q3.evaluate(answer)
+        assert outcome.status == "incorrect" and "choose providers themselves" in outcome.message, outcome.message
+        with pytest.raises(Exception, match="fallback"):  # ORT refuses every session opened from them
+            ort.InferenceSession(str(_digits_cnn()), sess_options=answer)
+
+
+def _providers_ort_did_not_warn_about(path, providers):
+    """The misconception "ORT warns about any provider it cannot start": it does not (a listed GPU provider, a plugin by name)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session = ort.InferenceSession(path, providers=providers)
+    session.get_providers()
+    names = [entry[0] if isinstance(entry, tuple) else entry for entry in providers]
+    warned = {name for name in names if any(f"'{name}'" in str(warning.message) for warning in caught)}
+    return next(name for name in names if name not in warned)
+
+
+def test_q1_rejects_trusting_the_warnings_of_ort():
+    outcome = nb05.q1.evaluate(_providers_ort_did_not_warn_about)
+    assert outcome.status == "incorrect" and "the package's list is not the session's" in outcome.message, outcome.message
 
 
 def test_q3_accepts_only_the_fallback_refusal_as_the_failure():
