@@ -5,6 +5,10 @@ Introduced in notebook 05, which plots ``sweep()``; ``python -m labsupport.bench
 1 and 64 and ORT with one intra-op thread vs ORT's default (one thread per physical core, idle
 threads spinning) and vs the default thread count without spinning, prints the ratios and writes
 ``artifacts/bench_runtime.json``. Every candidate is a zero-argument callable that runs one batch.
+
+With one thread per framework the frameworks are compared on CPU time, the cost of a call even on a busy machine
+(``labsupport.onnxutil.timing``); the thread and provider comparisons are about latency with several threads, so they
+use the wall clock, and say "machine busy" instead of a verdict when other programs used the CPUs meanwhile.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ ORT, PYTORCH, TENSORFLOW = "onnxruntime", "pytorch", "tensorflow"
 ORT_ONE_THREAD, ORT_DEFAULT_THREADS = "onnxruntime, 1 thread", "onnxruntime, default"
 ORT_NO_SPINNING = "onnxruntime, default threads, no spinning"
 BATCH_SIZES = (1, 4, 16, 64, 256)
+AGAIN = " (A/A: the same again)"  # suffix of a baseline's twin: its ratio to the baseline is the timing noise
+NOISE_FLOOR = 0.10  # ratios within 1 +- 10% (or the A/A deviation, if larger) are no measurable difference
 ARTIFACT = "bench_runtime.json"
 
 
@@ -134,11 +140,12 @@ def sweep(
     warmup: int = 2,
     repeat: int = 10,
 ) -> timing.BenchTable:
-    """Latency/throughput of each framework at each batch size, measured interleaved; baseline pytorch if present.
+    """Time per call of each framework at each batch size, measured interleaved with an A/A twin of the baseline
+    (pytorch if present, whose deviation ``sweep_noise`` reads).
 
     ``threads`` gives every framework the same number of intra-op threads (default 1: a per-core
-    comparison that stays meaningful when other programs share the cores; OpenMP-threaded eager
-    PyTorch can stall badly then). ``None`` keeps each framework's own default.
+    comparison on CPU time, which other programs sharing the cores cannot inflate). ``None`` keeps each
+    framework's own default, compared on the wall clock.
     """
     if not batch_sizes:
         raise ValueError("batch_sizes must name at least one batch size")
@@ -149,17 +156,20 @@ def sweep(
         session = open_session(ensure_digits_cnn(), threads=threads or 0, spinning=False) if ORT in frameworks else None
         torch_model = load_digits_cnn() if PYTORCH in frameworks else None
         baseline = PYTORCH if PYTORCH in frameworks else frameworks[0]
-        tables = [
-            timing.compare_candidates(
-                candidates(size, frameworks, session=session, torch_model=torch_model),
-                baseline=baseline,
-                batch_size=size,
-                warmup=warmup,
-                repeat=repeat,
-            )
-            for size in batch_sizes
-        ]
+        tables = []
+        for size in batch_sizes:
+            fns = candidates(size, frameworks, session=session, torch_model=torch_model)
+            fns[baseline + AGAIN] = fns[baseline]
+            clock = "cpu" if threads == 1 else "wall"
+            tables.append(timing.compare_candidates(fns, baseline=baseline, batch_size=size, warmup=warmup, repeat=repeat, clock=clock))
     return timing.merge(tables)
+
+
+def sweep_noise(table: timing.BenchTable) -> float:
+    """The largest deviation of the baseline's A/A twin from 1 over the batch sizes of a ``sweep``, at least ``NOISE_FLOOR``."""
+    twin = table.baseline + AGAIN
+    deviations = [abs(table.ratio(t.name, t.batch_size) - 1) for t in table.timings if t.name == twin]
+    return max([NOISE_FLOOR, *deviations])
 
 
 def thread_table(batch_sizes: Sequence[int] = (1, 64), *, warmup: int = 3, repeat: int = 30) -> timing.BenchTable:
@@ -167,7 +177,7 @@ def thread_table(batch_sizes: Sequence[int] = (1, 64), *, warmup: int = 3, repea
 
     The default is ``SessionOptions()`` untouched: one intra-op thread per physical core whose idle
     threads spin. Spinning threads would slow a candidate timed right after, so each session is
-    timed on its own (``timing.compare_candidates(..., blocks=3)``), not interleaved.
+    timed on its own (``timing.compare_candidates(..., blocks=3)``), not interleaved, on the wall clock.
     """
     model = ensure_digits_cnn()
     sessions = {
@@ -178,11 +188,15 @@ def thread_table(batch_sizes: Sequence[int] = (1, 64), *, warmup: int = 3, repea
     tables = []
     for size in batch_sizes:
         fns = {name: candidates(size, (ORT,), session=session)[ORT] for name, session in sessions.items()}
-        tables.append(timing.compare_candidates(fns, baseline=ORT_DEFAULT_THREADS, batch_size=size, warmup=warmup, repeat=repeat, blocks=3))
+        tables.append(
+            timing.compare_candidates(
+                fns, baseline=ORT_DEFAULT_THREADS, batch_size=size, warmup=warmup, repeat=repeat, blocks=3, clock="wall"
+            )
+        )
     return timing.merge(tables)
 
 
-CPU_EP, CPU_EP_AGAIN, OPENVINO_EP = "CPU EP", "CPU EP (A/A: the same again)", "OpenVINO EP (f32 hint)"
+CPU_EP, CPU_EP_AGAIN, OPENVINO_EP = "CPU EP", "CPU EP" + AGAIN, "OpenVINO EP (f32 hint)"
 
 
 def provider_models() -> dict[str, tuple[Path, Callable[[int], np.ndarray]]]:
@@ -212,8 +226,9 @@ def provider_models() -> dict[str, tuple[Path, Callable[[int], np.ndarray]]]:
 def provider_table(batch_sizes: Sequence[int] = (1, 64), *, repeat: int = 30) -> tuple[list[dict[str, object]], str]:
     """OpenVINO EP (its CPU device, f32 hint) vs CPU EP, each with its default threads, per model and batch, with an A/A row.
 
-    Returns the rows (model, batch, candidate, median ms, ratio to the CPU EP, same predictions) and a note:
-    empty when OpenVINO ran, else why it could not (``plugins.register_openvino().reason``).
+    Returns the rows (model, batch, candidate, median ms, ratio to the CPU EP on the wall clock, same predictions, and
+    ``busy``: other programs used the CPUs while that model and batch were timed, so its ratio is not reliable) and a
+    note: empty when OpenVINO ran, else why it could not (``plugins.register_openvino().reason``).
     """
     from labsupport.onnxutil import plugins
 
@@ -227,7 +242,7 @@ def provider_table(batch_sizes: Sequence[int] = (1, 64), *, repeat: int = 30) ->
             feeds = {sessions[CPU_EP].get_inputs()[0].name: inputs(size)}
             reference = sessions[CPU_EP].run(None, feeds)[0].argmax(axis=1)
             fns = {name: (lambda session=session, feeds=feeds: session.run(None, feeds)) for name, session in sessions.items()}
-            table = timing.compare_candidates(fns, baseline=CPU_EP, batch_size=size, warmup=3, repeat=repeat, blocks=3)
+            table = timing.compare_candidates(fns, baseline=CPU_EP, batch_size=size, warmup=3, repeat=repeat, blocks=3, clock="wall")
             for name, session in sessions.items():
                 rows.append(
                     {
@@ -237,17 +252,20 @@ def provider_table(batch_sizes: Sequence[int] = (1, 64), *, repeat: int = 30) ->
                         "median ms": round(table.get(name, size).median_ms, 4),
                         "vs CPU EP": round(table.ratio(name, size), 2),
                         "same predictions": bool((session.run(None, feeds)[0].argmax(axis=1) == reference).all()),
+                        "busy": table.busy,
                     }
                 )
     return rows, "" if status.usable else f"OpenVINO EP not compared: {status.reason}"
 
 
 def summary(frameworks_table: timing.BenchTable, threads: timing.BenchTable) -> dict[str, float]:
-    """The headline ratios: ORT/PyTorch latency per batch size, and ORT 1-thread (and no-spinning)/default latency."""
+    """The headline ratios: ORT/PyTorch time per call per batch size (on the sweep's clock), and ORT 1-thread (and
+    no-spinning)/default latency."""
     ratios: dict[str, float] = {}
+    what = "CPU time" if frameworks_table.clock == "cpu" else "latency"
     for entry in frameworks_table.timings:
-        if entry.name != frameworks_table.baseline:
-            ratios[f"{entry.name}/{frameworks_table.baseline} latency @ batch {entry.batch_size}"] = frameworks_table.ratio(
+        if entry.name != frameworks_table.baseline and not entry.name.endswith(AGAIN):
+            ratios[f"{entry.name}/{frameworks_table.baseline} {what} @ batch {entry.batch_size}"] = frameworks_table.ratio(
                 entry.name, entry.batch_size
             )
     for entry in threads.timings:
@@ -299,18 +317,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = sweep(args.batch, frameworks, threads=threads, warmup=3, repeat=args.repeat)
     thread_effect = thread_table(args.batch, repeat=args.repeat)
     print(table)
+    print(f"  ({table.clock} clock; A/A noise ±{sweep_noise(table):.0%}; {table.conditions()})")
     print()
     print(thread_effect)
+    print(f"  (wall clock; {thread_effect.conditions()})")
     ratios = summary(table, thread_effect)
     print()
     provider_rows, provider_note = provider_table(args.batch, repeat=args.repeat) if args.providers else ([], "")
     _print_providers(provider_rows, provider_note)
+    noise = sweep_noise(table)
     for label, ratio in ratios.items():
-        verdict = f"{1 / ratio:.2f}x faster" if ratio < 0.99 else f"{ratio:.2f}x slower" if ratio > 1.01 else "about the same"
-        print(f"{label:<48} {ratio:6.2f}  ({verdict})")
+        if "latency" in label and thread_effect.busy:
+            verdict = "machine busy: ratio not reliable"
+        else:
+            verdict = timing.speed_verdict(ratio, noise=noise if "CPU time" in label else NOISE_FLOOR).removesuffix(" than")
+        print(f"{label:<52} {ratio:6.2f}  ({verdict})")
     path = table.to_json(
         artifact(args.output),
         threads=thread_effect.rows(),
+        threads_load=str(thread_effect.load),
         ratios=ratios,
         providers=provider_rows,
         providers_note=provider_note,

@@ -9,7 +9,6 @@ Sessions come from ``labsupport.onnxutil.sessions`` (``open_session(model, optim
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import onnxruntime as ort
 
 from labsupport.onnxutil import graph
 from labsupport.onnxutil.sessions import OPTIMIZATION_LEVELS, ModelLike, model_source, open_session, session_options
-from labsupport.onnxutil.timing import BenchTable, Timing, measure
+from labsupport.onnxutil.timing import BenchTable, LoadMeter, Timing, measure
 
 # The level names, in the order ORT applies them; each includes the ones before it.
 LEVELS = tuple(OPTIMIZATION_LEVELS)
@@ -78,30 +77,22 @@ def creation_time(model: ModelLike, level: str, *, repeat: int = 5, threads: int
 
 @dataclass(frozen=True)
 class SessionTimings:
-    """Per-run wall-clock ``latency`` and CPU time of the calling thread (``cpu_time``), each candidate's best round."""
+    """Per-run timings ratioed on the wall clock (``latency``) and on CPU time (``cpu_time``): each candidate's round with
+    the lowest median on that clock (each Timing holds both clocks of its round: ``median_ms`` and ``cpu_median_ms``)."""
 
     latency: BenchTable
     cpu_time: BenchTable
 
 
-def _keep_faster(best: dict[str, Timing], timing: Timing) -> None:
-    if timing.name not in best or timing.median_ms < best[timing.name].median_ms:
-        best[timing.name] = timing
-
-
 def _time_one(
     session: ort.InferenceSession, feeds: dict[str, np.ndarray], *, name: str, batch_size: int, warmup: int, repeat: int
-) -> tuple[Timing, Timing]:
-    """Wall-clock latency and calling-thread CPU time of ``session.run(feeds)``, warm-up runs left out of both."""
-    cpu_seconds: list[float] = []
+) -> Timing:
+    return measure(lambda: session.run(None, feeds), name=name, batch_size=batch_size, warmup=warmup, repeat=repeat)
 
-    def run() -> None:
-        start = time.thread_time()
-        session.run(None, feeds)
-        cpu_seconds.append(time.thread_time() - start)
 
-    latency = measure(run, name=name, batch_size=batch_size, warmup=warmup, repeat=repeat)
-    return latency, Timing.from_samples(name, batch_size, cpu_seconds[warmup:])
+def _keep_faster(best: dict[str, Timing], timing: Timing, clock: str) -> None:
+    if timing.name not in best or timing.statistic(clock) < best[timing.name].statistic(clock):
+        best[timing.name] = timing
 
 
 def time_sessions(
@@ -117,10 +108,10 @@ def time_sessions(
     """Time each session one at a time: build it, warm it up, time ``run(feeds)``, release it, then the next.
 
     Only one session (and its thread pool) exists at a time, so none competes with another for the
-    cores. Each run is timed on the wall clock (``timing.measure``, as in notebook 05) and by the CPU
-    time of the calling thread, which is the whole cost of a run when the session has one intra-op
-    thread, and which other programs on a busy machine cannot inflate. The sweep is done ``rounds``
-    times and each candidate keeps its round with the lowest median, per measure.
+    cores. Each run is timed on the wall clock and by its CPU time (``timing.measure``, as in notebook 05),
+    which is the whole cost of a run when the session has one intra-op thread, and which other programs on a
+    busy machine cannot inflate. The sweep is done ``rounds`` times and each candidate keeps its round with the
+    lowest median, per clock; both tables record the load the sweep saw.
     """
     if baseline not in factories:
         raise KeyError(f"baseline {baseline!r} is not among the candidates {list(factories)}")
@@ -128,13 +119,17 @@ def time_sessions(
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     best_latency: dict[str, Timing] = {}
     best_cpu: dict[str, Timing] = {}
+    meter = LoadMeter()
     for _ in range(rounds):
         for name, factory in factories.items():
             # the session lives only inside this call: released (with its threads) before the next one is built
-            latency, cpu_time = _time_one(factory(), feeds, name=name, batch_size=batch_size, warmup=warmup, repeat=repeat)
-            _keep_faster(best_latency, latency)
-            _keep_faster(best_cpu, cpu_time)
-    return SessionTimings(BenchTable(list(best_latency.values()), baseline), BenchTable(list(best_cpu.values()), baseline))
+            timed = _time_one(factory(), feeds, name=name, batch_size=batch_size, warmup=warmup, repeat=repeat)
+            _keep_faster(best_latency, timed, "wall")
+            _keep_faster(best_cpu, timed, "cpu")
+    load = meter.stop()
+    return SessionTimings(
+        BenchTable(list(best_latency.values()), baseline, "wall", load), BenchTable(list(best_cpu.values()), baseline, "cpu", load)
+    )
 
 
 def level_latency(

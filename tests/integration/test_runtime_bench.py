@@ -46,10 +46,20 @@ def test_sweep_times_every_framework_at_every_batch_size():
     before = torch.get_num_threads()
     table = runtime_bench.sweep((1, 8), warmup=0, repeat=2)
     assert torch.get_num_threads() == before, "the thread budget must be restored"
-    assert table.baseline == runtime_bench.PYTORCH
-    assert sorted((t.name, t.batch_size) for t in table.timings) == [("onnxruntime", 1), ("onnxruntime", 8), ("pytorch", 1), ("pytorch", 8)]
+    assert table.baseline == runtime_bench.PYTORCH and table.clock == "cpu"  # one thread each: compared on CPU time
+    twin = "pytorch" + runtime_bench.AGAIN
+    assert sorted((t.name, t.batch_size) for t in table.timings) == [
+        ("onnxruntime", 1),
+        ("onnxruntime", 8),
+        ("pytorch", 1),
+        ("pytorch", 8),
+        (twin, 1),
+        (twin, 8),
+    ]
     assert table.ratio(runtime_bench.PYTORCH, 8) == pytest.approx(1.0)
-    assert all(t.runs == 2 for t in table.timings)
+    assert all(t.runs == 2 for t in table.timings) and table.load is not None
+    assert runtime_bench.sweep_noise(table) == max(0.1, *(abs(table.ratio(twin, b) - 1) for b in (1, 8)))
+    assert runtime_bench.sweep((1,), [runtime_bench.ORT], threads=None, warmup=0, repeat=1).clock == "wall"
     with pytest.raises(ValueError, match="batch_sizes"):
         runtime_bench.sweep(())
 
@@ -94,17 +104,23 @@ def _entry(session, key):
 
 def test_thread_table_and_summary_ratios():
     threads = runtime_bench.thread_table((1,), warmup=0, repeat=2)
-    assert threads.baseline == runtime_bench.ORT_DEFAULT_THREADS
+    assert threads.baseline == runtime_bench.ORT_DEFAULT_THREADS and threads.clock == "wall"  # threads: a latency question
     assert {t.name for t in threads.timings} == {
         runtime_bench.ORT_ONE_THREAD,
         runtime_bench.ORT_DEFAULT_THREADS,
         runtime_bench.ORT_NO_SPINNING,
     }
     frameworks = timing.BenchTable(
-        [timing.Timing.from_samples("pytorch", 1, [0.004]), timing.Timing.from_samples("onnxruntime", 1, [0.001])], "pytorch"
+        [
+            timing.Timing.from_samples("pytorch", 1, [0.009], [0.004]),
+            timing.Timing.from_samples("pytorch" + runtime_bench.AGAIN, 1, [0.004], [0.004]),
+            timing.Timing.from_samples("onnxruntime", 1, [0.001], [0.001]),
+        ],
+        "pytorch",
     )
     ratios = runtime_bench.summary(frameworks, threads)
-    assert ratios["onnxruntime/pytorch latency @ batch 1"] == pytest.approx(0.25)
+    assert ratios["onnxruntime/pytorch CPU time @ batch 1"] == pytest.approx(0.25)  # from CPU time, not the 0.009 s wall
+    assert not any(runtime_bench.AGAIN in label for label in ratios)
     assert ratios["ort 1 thread/default latency @ batch 1"] == pytest.approx(threads.ratio(runtime_bench.ORT_ONE_THREAD, 1))
     assert ratios["ort no spinning/default latency @ batch 1"] == pytest.approx(threads.ratio(runtime_bench.ORT_NO_SPINNING, 1))
 
@@ -117,22 +133,23 @@ def test_command_line_prints_ratios_and_writes_json(tmp_path, monkeypatch, capsy
     out = capsys.readouterr().out
     assert status == 0
     assert "=== benchmark suite: runtime" in out and "1 thread(s) each" in out
-    assert "onnxruntime/pytorch latency @ batch 1" in out and "ort 1 thread/default latency @ batch 4" in out
+    assert "onnxruntime/pytorch CPU time @ batch 1" in out and "ort 1 thread/default latency @ batch 4" in out
+    assert "(cpu clock; A/A noise ±" in out and "(wall clock; other programs used" in out
     payload = json.loads((tmp_path / "timing.json").read_text())
     assert payload["baseline"] == "pytorch" and payload["repeat"] == 2 and payload["framework_threads"] == 1
     assert set(payload["ratios"]) == {
-        "onnxruntime/pytorch latency @ batch 1",
-        "onnxruntime/pytorch latency @ batch 4",
+        "onnxruntime/pytorch CPU time @ batch 1",
+        "onnxruntime/pytorch CPU time @ batch 4",
         "ort 1 thread/default latency @ batch 1",
         "ort 1 thread/default latency @ batch 4",
         "ort no spinning/default latency @ batch 1",
         "ort no spinning/default latency @ batch 4",
     }
-    medians = {(t["name"], t["batch_size"]): t["median_ms"] for t in payload["timings"]}
+    medians = {(t["name"], t["batch_size"]): t["cpu_median_ms"] for t in payload["timings"]}
     for batch in (1, 4):
         ratio = medians["onnxruntime", batch] / medians["pytorch", batch]
-        assert payload["ratios"][f"onnxruntime/pytorch latency @ batch {batch}"] == pytest.approx(ratio)
-    assert len(payload["threads"]) == 6 and len(payload["timings"]) == 4
+        assert payload["ratios"][f"onnxruntime/pytorch CPU time @ batch {batch}"] == pytest.approx(ratio)
+    assert len(payload["threads"]) == 6 and len(payload["timings"]) == 6 and payload["clock"] == "cpu"
 
 
 def test_command_line_rejects_bad_arguments():
@@ -166,6 +183,7 @@ def test_provider_table_times_every_model_with_an_aa_row_and_says_why_openvino_i
     assert {runtime_bench.CPU_EP, runtime_bench.CPU_EP_AGAIN} <= candidates
     assert all(row["same predictions"] for row in rows if row["candidate"] == runtime_bench.CPU_EP_AGAIN)
     assert all(row["vs CPU EP"] == 1.0 for row in rows if row["candidate"] == runtime_bench.CPU_EP)
+    assert all(isinstance(row["busy"], bool) for row in rows)  # wall-clock ratios of default-thread sessions carry the load guard
     usable = plugins.register_openvino().usable
     assert (runtime_bench.OPENVINO_EP in candidates) == usable and (note == "") == usable
     if not usable:

@@ -125,14 +125,15 @@ def test_time_sessions_builds_one_session_at_a_time_and_keeps_the_fastest_round(
         assert table.ratio("disable") == 1 and table.baseline == "disable"
 
 
-def test_cpu_time_counts_the_calling_threads_work_not_waiting():
+def test_cpu_time_counts_the_work_not_waiting():
     class Sleeper:  # waits without computing: wall-clock time, but next to no CPU time
         def run(self, outputs, feeds):
             time.sleep(0.002)
 
     timings = optimize.time_sessions({"sleep": Sleeper}, {}, baseline="sleep", warmup=0, repeat=3, rounds=1)
     assert timings.latency.get("sleep").median_ms >= 2  # time.sleep waits at least that long
-    assert timings.cpu_time.get("sleep").median_ms < 0.2
+    assert timings.cpu_time.get("sleep").cpu_median_ms < 0.2 and timings.cpu_time.clock == "cpu"
+    assert timings.latency.clock == "wall" and timings.latency.load is timings.cpu_time.load is not None
     with pytest.raises(KeyError, match="baseline 'basic' is not among"):
         optimize.time_sessions({"all": lambda: None}, {}, baseline="basic")
     with pytest.raises(ValueError, match="rounds must be >= 1"):

@@ -1,9 +1,15 @@
-"""labsupport.onnxutil.timing: statistics of timing samples, ratio tables, interleaving, JSON and plots.
+"""labsupport.onnxutil.timing: statistics of timing samples, the two clocks, the load meter, ratio tables, interleaving,
+JSON and plots.
 
-Speeds are never asserted: the arithmetic is checked on injected durations, the measuring loops on call counts and order.
+Speeds are never asserted: the arithmetic is checked on injected durations and injected CPU counters, the measuring loops
+on call counts and order, the clocks on calls that sleep (wall clock only) or that a child process makes (another program).
 """
 
 import json
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
 
 import matplotlib
 import pytest
@@ -15,7 +21,7 @@ matplotlib.use("Agg")
 
 
 def _table(baseline="fast", **medians_ms):
-    return timing.BenchTable([timing.Timing.from_samples(name, 1, [ms / 1e3]) for name, ms in medians_ms.items()], baseline)
+    return timing.BenchTable([timing.Timing.from_samples(name, 1, [ms / 1e3], [ms / 1e3]) for name, ms in medians_ms.items()], baseline)
 
 
 def test_statistics_of_injected_samples():
@@ -39,13 +45,15 @@ def test_ratios_and_rows_from_injected_timings():
     assert table.ratio("fast") == 1.0 and table.ratio("slow") == pytest.approx(5.0)
     rows = table.rows()
     assert [row["candidate"] for row in rows] == ["fast", "slow"]
-    assert rows[1]["speed-up vs fast"] == 0.2 and rows[1]["median ms"] == 10.0 and rows[1]["items/s"] == 100.0
+    assert rows[1]["speed-up vs fast (cpu)"] == 0.2 and rows[1]["median ms"] == 10.0 and rows[1]["items/s"] == 100.0
     assert "slow" in str(table)
 
 
 def test_ratio_of_the_fastest_calls():
     table = timing.BenchTable(
-        [timing.Timing.from_samples("base", 1, [0.002, 0.009, 0.008]), timing.Timing.from_samples("new", 1, [0.003, 0.004, 0.005])], "base"
+        [timing.Timing.from_samples("base", 1, [0.002, 0.009, 0.008]), timing.Timing.from_samples("new", 1, [0.003, 0.004, 0.005])],
+        "base",
+        clock="wall",
     )
     assert table.ratio("new") == pytest.approx(0.5)  # medians 4 / 8 ms: a loaded baseline
     assert table.ratio("new", statistic="min") == pytest.approx(1.5)  # fastest 3 / 2 ms
@@ -61,14 +69,14 @@ def test_candidates_are_interleaved_round_by_round():
 
 
 def test_merge_json_and_plot(tmp_path):
-    small = timing.BenchTable([timing.Timing.from_samples(n, 1, [s]) for n, s in (("x", 0.002), ("y", 0.001))], "x")
-    large = timing.BenchTable([timing.Timing.from_samples(n, 8, [s]) for n, s in (("x", 0.004), ("y", 0.001))], "x")
+    small = timing.BenchTable([timing.Timing.from_samples(n, 1, [s], [s]) for n, s in (("x", 0.002), ("y", 0.001))], "x")
+    large = timing.BenchTable([timing.Timing.from_samples(n, 8, [s], [s]) for n, s in (("x", 0.004), ("y", 0.001))], "x")
     merged = timing.merge([small, large])
     assert merged.get("y", 8).batch_size == 8
     assert merged.ratio("y", 1) == pytest.approx(0.5) and merged.ratio("y", 8) == pytest.approx(0.25)
     payload = json.loads(merged.to_json(tmp_path / "timing.json", machine="test").read_text())
     assert payload["baseline"] == "x" and payload["machine"] == "test" and len(payload["timings"]) == 4
-    assert payload["rows"][3]["speed-up vs x"] == 4.0
+    assert payload["rows"][3]["speed-up vs x (cpu)"] == 4.0 and payload["clock"] == "cpu" and payload["load"] is None
     figure = timing.plot(merged)
     assert len(figure.axes) == 2 and [line.get_label() for line in figure.axes[1].get_lines()] == ["x", "y"]
     assert list(figure.axes[1].get_lines()[1].get_xdata()) == [1, 8]
@@ -109,7 +117,7 @@ class _ScheduledSession:
 
 def test_fastest_steps_takes_the_minimum_of_each_call_index(monkeypatch):
     clock = [0.0]
-    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(timing, "cpu_clock", lambda: clock[0])  # the default clock: CPU time
     durations = [0, 0, 0, 1, 5, 3, 4, 2, 6, 2, 3, 1]  # a warm-up run (the fastest: it must not count), then 3 runs of 3 calls
     session = _ScheduledSession(clock, durations)
     seen = []
@@ -175,3 +183,102 @@ def test_command_line_names_the_suites_and_rejects_unknown_ones(capsys):
     assert list(SUITES) == ["runtime", "quantization", "service"]
     assert main(["nonsense"]) == 2
     assert "choose one of: runtime, quantization, service, all" in capsys.readouterr().err
+
+
+def test_each_call_records_wall_clock_and_cpu_time_and_waiting_costs_no_cpu():
+    sleeper = timing.measure(lambda: time.sleep(0.02), name="sleeps", warmup=0, repeat=3)
+    assert sleeper.median_ms >= 20  # the wall clock counts the wait
+    assert sleeper.cpu_median_ms < 10  # the CPU time does not: waiting is what a busy machine adds to a call
+    assert sleeper.wall_per_cpu > 2
+
+
+def test_ratios_follow_the_tables_clock(monkeypatch):
+    waited = timing.Timing.from_samples("waited", 1, [0.010], [0.002])  # 8 ms of its 10 ms spent waiting for a CPU
+    clean = timing.Timing.from_samples("clean", 1, [0.002], [0.002])
+    cpu_table = timing.BenchTable([clean, waited], "clean")
+    assert cpu_table.ratio("waited") == pytest.approx(1.0)  # the same cost
+    assert cpu_table.ratio("waited", clock="wall") == pytest.approx(5.0)
+    assert timing.BenchTable([clean, waited], "clean", clock="wall").ratio("waited") == pytest.approx(5.0)
+    assert waited.wall_per_cpu == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="clock must be 'cpu'"):
+        timing.BenchTable([clean], "clean", clock="cycles")
+    with pytest.raises(ValueError, match="no CPU time was recorded"):
+        timing.BenchTable([timing.Timing.from_samples("old", 1, [0.001])], "old").ratio("old")
+    with pytest.raises(ValueError, match="1 CPU-time samples for 2 calls"):
+        timing.Timing.from_samples("x", 1, [0.1, 0.2], [0.1])
+
+
+def _fake_cpu_counters(monkeypatch, machine_busy, own):
+    """psutil's system-wide and own CPU seconds, advanced by the test: (machine busy seconds, own seconds)."""
+    monkeypatch.setattr(timing.psutil, "cpu_times", lambda: _Times(machine_busy[0]))
+    monkeypatch.setattr(timing.psutil, "Process", lambda: SimpleNamespace(cpu_times=lambda: SimpleNamespace(user=own[0], system=0.0)))
+    monkeypatch.setattr(timing.psutil, "cpu_count", lambda: 2)
+
+
+class _Times(tuple):
+    """A psutil.cpu_times() result: busy seconds in `user`, no idle time."""
+
+    def __new__(cls, busy):
+        return super().__new__(cls, (busy, 0.0))
+
+    idle = 0.0
+
+
+def test_the_load_meter_counts_other_programs_only(monkeypatch):
+    machine_busy, own, clock = [100.0], [10.0], [0.0]
+    _fake_cpu_counters(monkeypatch, machine_busy, own)
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    meter = timing.LoadMeter()
+    clock[0], machine_busy[0], own[0] = 2.0, 103.0, 11.0  # 2 s on 2 CPUs: 3 CPU-seconds busy, 1 of them ours
+    load = meter.stop()
+    assert load.others_share == pytest.approx(0.5) and load.cpus == 2 and load.seconds == pytest.approx(2.0) and load.busy
+    assert "other programs used 50% of the 2 CPUs during the 2.0 s" in str(load)
+    meter.start()
+    clock[0], own[0], machine_busy[0] = 4.0, 13.0, 105.1  # only our own work, and a little more
+    assert meter.stop().others_share == pytest.approx(0.025) and not meter.stop().busy
+
+
+def test_the_load_meter_sees_another_process_use_a_cpu():
+    meter = timing.LoadMeter()
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\nprint(time.process_time())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    load = meter.stop()
+    child_cpu = float(child.stdout)  # another program's CPU seconds: a lower bound of what the meter must count
+    assert load.others_share * load.cpus * load.seconds >= 0.8 * child_cpu
+
+
+def test_a_wall_clock_verdict_on_a_busy_machine_says_so_and_a_cpu_verdict_does_not():
+    clean = timing.Timing.from_samples("base", 1, [0.004], [0.004])
+    faster = timing.Timing.from_samples("new", 1, [0.002], [0.002])
+    busy = timing.Load(others_share=0.6, load_average=4.0, cpus=2, seconds=3.0)
+    quiet = timing.Load(others_share=0.01, load_average=0.9, cpus=2, seconds=3.0)
+    assert timing.BenchTable([clean, faster], "base", "wall", busy).verdict("new").startswith("machine busy (60% of the CPUs")
+    assert timing.BenchTable([clean, faster], "base", "wall", quiet).verdict("new") == "2.00x faster than"
+    assert timing.BenchTable([clean, faster], "base", "cpu", busy).verdict("new") == "2.00x faster than"
+    conditions = timing.BenchTable([clean, faster], "base", "cpu", busy).conditions()
+    assert conditions.startswith("other programs used 60% of the 2 CPUs") and "wall/CPU of the 'base' calls 1.00" in conditions
+
+
+def test_compare_candidates_records_cpu_time_and_the_load():
+    table = timing.compare_candidates({"a": lambda: None, "b": lambda: time.sleep(0.005)}, baseline="a", warmup=0, repeat=3, clock="wall")
+    assert table.clock == "wall" and table.load is not None and 0 <= table.load.others_share <= 1
+    assert table.get("b").median_ms >= 5 and table.get("b").cpu_median_ms < table.get("b").median_ms
+    with pytest.raises(ValueError, match="clock must be"):
+        timing.compare_candidates({"a": lambda: None}, baseline="a", clock="both")
+
+
+def test_merge_refuses_tables_on_different_clocks_and_keeps_the_busiest_load():
+    base = [timing.Timing.from_samples("a", 1, [0.001], [0.001])]
+    calm, busy = (timing.Load(share, 1.0, 2, 1.0) for share in (0.05, 0.4))
+    merged = timing.merge([timing.BenchTable(base, "a", "cpu", calm), timing.BenchTable(base, "a", "cpu", busy)])
+    assert merged.load is busy
+    with pytest.raises(ValueError, match="different clocks"):
+        timing.merge([timing.BenchTable(base, "a", "cpu"), timing.BenchTable(base, "a", "wall")])
