@@ -224,11 +224,14 @@ def make_int4(src: str | Path, dst: str | Path, *, block_size: int = 32) -> Path
 
 
 def make_fp16(src: str | Path, dst: str | Path) -> Path:
-    """FP16 weights and compute with FP32 inputs/outputs (onnxconverter-common's float16 converter); returns ``dst`` (notebook 06)."""
+    """FP16 weights and compute with FP32 inputs/outputs (onnxconverter-common's float16 converter); returns ``dst`` (notebook 06).
+
+    The converter's warnings are let through: it warns when it clamps a weight into FP16's safe range (below 1e-7 or
+    from 1e4 on, its defaults).
+    """
     from onnxconverter_common import float16
 
-    with quiet():
-        onnx.save(float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True), str(dst))
+    onnx.save(float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True), str(dst))
     return Path(dst)
 
 
