@@ -32,15 +32,22 @@ KERNEL_NOTEBOOKS := $(addprefix notebooks/,01_graphs_by_hand.ipynb 02_from_pytor
   12_hugging_face_transformers.ipynb)
 KERNEL_TEST_NOTEBOOKS := $(addprefix notebooks/,02_from_pytorch.ipynb 06_quantization.ipynb 09_deploy_edge.ipynb)
 KERNEL_VARIANTS := u8u8 qdq-float no-layout
+# make test-loaded: what must hold on a busy machine, run beside CPU burners (labsupport/course/loaded.py): the notebooks
+# that time things or run a service, and the tests that involve threads, queues, processes or time
+LOADED_NOTEBOOKS := $(addprefix notebooks/,05_runtime_and_providers.ipynb 06_quantization.ipynb 07_graph_optimization.ipynb \
+  08_deploy_service.ipynb 11_transformers_and_llms.ipynb 12_hugging_face_transformers.ipynb 13_model_lifecycle.ipynb)
+LOADED_TESTS := tests/unit $(wildcard tests/integration/test_service*.py) $(addprefix tests/integration/,test_runtime_bench.py \
+  test_quantization_bench.py test_lifecycle.py test_hub.py test_jupyterlab.py test_node.py test_web.py)
 
-.PHONY: lab test lint unit portability ort-headers test-latest bench doctor nav js-deps web serve docs docs-serve student hub clean help
+.PHONY: lab test test-loaded lint unit portability ort-headers test-latest bench doctor nav js-deps web serve docs docs-serve student hub clean help
 
 help:
 	@echo "make lab          create .venv if needed and open JupyterLab on notebooks/ (PORT=$(PORT), NO_BROWSER=1 on a server)"
 	@echo "make test         create .venv if needed, lint, run the unit and integration tests, execute every notebook with nbval"
 	@echo "make unit         the fast unit tests only (seconds: no ports, browsers or training)"
 	@echo "make lint         ruff check and ruff format --check (make test runs it first)"
-	@echo "make portability  the notebooks under other CPUs' kernels: ONNX Runtime's (labsupport/course/kernels.py), PyTorch's, TensorFlow's, NumPy's (labsupport/course/lanes.py)"
+	@echo "make portability  the notebooks under other CPUs' kernels: ONNX Runtime's (labsupport/course/kernels.py), PyTorch's, TensorFlow's, NumPy's (labsupport/course/lanes.py), then make test-loaded"
+	@echo "make test-loaded  the timing notebooks and the tests of threads, queues and time with CPU burners beside them (stress-ng)"
 	@echo "make bench        headless benchmarks (ratios measured in one run), JSON under artifacts/"
 	@echo "make doctor       check the environment and say what is wrong"
 	@echo "make web          serve the browser demo of notebook 09 on http://127.0.0.1:8000"
@@ -112,6 +119,11 @@ portability: $(STAMP) js-deps ort-headers
 	  echo ">>> every notebook with the PyTorch, TensorFlow and NumPy kernels of lane $$lane"; \
 	  $(BIN)/python -m labsupport.course.lanes $$lane -- $(BIN)/python -m pytest $(PYTEST_ARGS) notebooks || exit 1; \
 	done
+	@$(MAKE) --no-print-directory test-loaded
+
+test-loaded: $(STAMP) js-deps ort-headers
+	@echo ">>> on a busy machine: the timing notebooks and the tests of threads, queues and time, with twice the CPUs in stress-ng workers beside them"
+	@$(BIN)/python -m labsupport.course.loaded -- $(BIN)/python -m pytest $(PYTEST_ARGS) $(LOADED_TESTS) $(LOADED_NOTEBOOKS)
 
 bench: $(STAMP)
 	@$(BIN)/python -m labsupport.bench all

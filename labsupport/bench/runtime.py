@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import itertools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -145,7 +146,9 @@ def sweep(
 
     ``threads`` gives every framework the same number of intra-op threads (default 1: a per-core
     comparison on CPU time, which other programs sharing the cores cannot inflate). ``None`` keeps each
-    framework's own default, compared on the wall clock.
+    framework's own default, compared on the wall clock. With TensorFlow among them the candidates are timed one at
+    a time (blocks with a pause between), not interleaved: TensorFlow's worker threads keep spinning for a moment
+    after a call, and that CPU time would be counted to the candidate timed next.
     """
     if not batch_sizes:
         raise ValueError("batch_sizes must name at least one batch size")
@@ -161,8 +164,30 @@ def sweep(
             fns = candidates(size, frameworks, session=session, torch_model=torch_model)
             fns[baseline + AGAIN] = fns[baseline]
             clock = "cpu" if threads == 1 else "wall"
-            tables.append(timing.compare_candidates(fns, baseline=baseline, batch_size=size, warmup=warmup, repeat=repeat, clock=clock))
+            blocks = 2 if TENSORFLOW in frameworks else 0
+            tables.append(
+                timing.compare_candidates(
+                    fns, baseline=baseline, batch_size=size, warmup=warmup, repeat=repeat, blocks=blocks, settle_s=0.05, clock=clock
+                )
+            )
     return timing.merge(tables)
+
+
+def framework_verdict(table: timing.BenchTable, name: str, batch_size: int, noise: float) -> str:
+    """``name`` against the baseline of a ``sweep`` at ``batch_size`` in words, or why there is no verdict: a CPU time
+    that fell as the batch grew (disturbed samples), or TensorFlow on a busy machine (its worker threads spin while
+    they wait for work, and a busy machine makes them wait longer, which its CPU time counts)."""
+    sizes = sorted({t.batch_size for t in table.timings})
+
+    def grows_with_batch(candidate: str) -> bool:
+        costs = [table.get(candidate, size).statistic(table.clock) for size in sizes]
+        return all(later >= earlier * (1 - noise) for earlier, later in itertools.pairwise(costs))
+
+    if TENSORFLOW in (name, table.baseline) and table.busy:
+        return "not rankable (machine busy: TensorFlow's CPU time counts its worker threads' waiting) against"
+    if not (grows_with_batch(name) and grows_with_batch(table.baseline)):
+        return "not rankable (a time per call fell as the batch grew: disturbed samples) against"
+    return timing.speed_verdict(table.ratio(name, batch_size), noise=noise)
 
 
 def sweep_noise(table: timing.BenchTable) -> float:

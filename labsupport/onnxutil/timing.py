@@ -260,11 +260,15 @@ class BenchTable:
         return self.load is not None and self.load.busy
 
     def verdict(self, name: str, batch_size: int | None = None, *, noise: float = 0.1) -> str:
-        """``speed_verdict`` of ``name`` against the baseline on the table's clock; for a wall-clock table measured on a
-        busy machine, "machine busy: ratio not reliable" instead."""
+        """``name`` against the baseline on the table's clock in words: "1.62x faster", "1.25x slower", "as fast (within
+        ±10%)"; for a wall-clock table measured on a busy machine, "machine busy (...): ratio not reliable" instead."""
         if self.clock == "wall" and self.busy:
-            return f"machine busy ({self.load.others_share:.0%} of the CPUs used by other programs): ratio not reliable, compared with"
-        return speed_verdict(self.ratio(name, batch_size), noise=noise)
+            return f"machine busy ({self.load.others_share:.0%} of the CPUs used by other programs): ratio not reliable"
+        ratio = self.ratio(name, batch_size)
+        _check_ratio(ratio, noise)
+        if abs(ratio - 1) <= noise:
+            return f"as fast (within ±{noise:.0%})"
+        return f"{1 / ratio:.2f}x faster" if ratio < 1 else f"{ratio:.2f}x slower"
 
     def conditions(self, aa: str | None = None) -> str:
         """What the table was measured under: the load, and the wall/CPU of the ``aa`` row (default: the baseline)."""
@@ -380,11 +384,15 @@ def _extend(into: tuple[list[float], list[float]], calls: tuple[list[float], lis
 def speed_verdict(ratio: float, noise: float = 0.1) -> str:
     """Words for a time ratio candidate / baseline: "1.62x faster than", "1.25x slower than", or
     "as fast as (within ±10%)" when the ratio is within the timing ``noise`` (notebook 05)."""
-    if not ratio > 0 or not 0 <= noise < 1:
-        raise ValueError(f"need a time ratio > 0 and 0 <= noise < 1; got {ratio}, {noise}")
+    _check_ratio(ratio, noise)
     if abs(ratio - 1) <= noise:
         return f"as fast as (within ±{noise:.0%})"
     return f"{1 / ratio:.2f}x faster than" if ratio < 1 else f"{ratio:.2f}x slower than"
+
+
+def _check_ratio(ratio: float, noise: float) -> None:
+    if not ratio > 0 or not 0 <= noise < 1:
+        raise ValueError(f"need a time ratio > 0 and 0 <= noise < 1; got {ratio}, {noise}")
 
 
 def merge(tables: Sequence[BenchTable]) -> BenchTable:

@@ -260,9 +260,13 @@ def test_a_wall_clock_verdict_on_a_busy_machine_says_so_and_a_cpu_verdict_does_n
     faster = timing.Timing.from_samples("new", 1, [0.002], [0.002])
     busy = timing.Load(others_share=0.6, load_average=4.0, cpus=2, seconds=3.0)
     quiet = timing.Load(others_share=0.01, load_average=0.9, cpus=2, seconds=3.0)
-    assert timing.BenchTable([clean, faster], "base", "wall", busy).verdict("new").startswith("machine busy (60% of the CPUs")
-    assert timing.BenchTable([clean, faster], "base", "wall", quiet).verdict("new") == "2.00x faster than"
-    assert timing.BenchTable([clean, faster], "base", "cpu", busy).verdict("new") == "2.00x faster than"
+    assert timing.BenchTable([clean, faster], "base", "wall", busy).verdict("new") == (
+        "machine busy (60% of the CPUs used by other programs): ratio not reliable"
+    )
+    assert timing.BenchTable([clean, faster], "base", "wall", quiet).verdict("new") == "2.00x faster"
+    assert timing.BenchTable([clean, faster], "base", "cpu", busy).verdict("new") == "2.00x faster"
+    assert timing.BenchTable([faster, clean], "new", "cpu", busy).verdict("base") == "2.00x slower"
+    assert timing.BenchTable([clean, faster], "base", "cpu", busy).verdict("new", noise=0.6) == "as fast (within ±60%)"
     conditions = timing.BenchTable([clean, faster], "base", "cpu", busy).conditions()
     assert conditions.startswith("other programs used 60% of the 2 CPUs") and "wall/CPU of the 'base' calls 1.00" in conditions
 
