@@ -39,7 +39,13 @@ def require_admin(request: Request, service: Annotated[Service, Depends(get_serv
 
 
 AdminDep = Annotated[Service, Depends(require_admin)]
-router = APIRouter(prefix="/admin")
+REFUSALS = {401: {"description": "no or a wrong bearer token"}, 403: {"description": "the admin API is off (no ONNX_SERVICE_ADMIN_TOKEN)"}}
+PUT_REFUSALS = {
+    400: {"description": "not JSON"},
+    413: {"description": "body too large"},
+    422: {"description": "a routing document the service cannot serve; the reason in detail"},
+}
+router = APIRouter(prefix="/admin", responses=REFUSALS)
 
 
 @router.get("/routing", summary="The versions served, their aliases, the traffic split and the shadow version")
@@ -47,7 +53,7 @@ async def get_routing(service: AdminDep) -> dict[str, Any]:
     return service.router.describe()
 
 
-@router.put("/routing", summary="Load versions and switch aliases, split or shadow without a restart")
+@router.put("/routing", summary="Load versions and switch aliases, split or shadow without a restart", responses=PUT_REFUSALS)
 async def put_routing(request: Request, service: AdminDep) -> JSONResponse:
     try:
         document = parse_json(await read_body(request, service.settings.max_body_bytes))
