@@ -19,7 +19,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.topics import serving
@@ -208,6 +210,35 @@ def test_a_non_ascii_admin_token_is_refused_at_start_without_echoing_it():
         Settings.from_env({"ONNX_SERVICE_ADMIN_TOKEN": "pässwörd"})
     assert "pässwörd" not in str(refused.value)
     assert Settings.from_env({"ONNX_SERVICE_ADMIN_TOKEN": "s3cr3t-~token"}).admin_token == "s3cr3t-~token"
+
+
+def _unknown_operator_model(path) -> None:
+    """A model ONNX reads but ONNX Runtime refuses to load (an operator of a domain it does not know)."""
+    node = helper.make_node("Mystery", ["image"], ["logits"], domain="example.mystery")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["n", 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", 10])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.mystery", 1)]), path)
+
+
+@pytest.mark.parametrize("content", ["junk", "unknown operator"])
+def test_admin_refusals_repeat_at_most_an_excerpt_of_a_long_file_name(tmp_path, content):
+    name = "".join(f"{i:03d}" for i in range(66)) + ".onnx"  # 203 characters, every 61-character window unique
+    path = tmp_path / name
+    if content == "junk":
+        path.write_bytes(b"not an onnx model")
+    else:
+        _unknown_operator_model(path)
+    document = {"versions": {"1": str(ensure_digits_cnn()), "2": str(path)}, "aliases": {"champion": "1"}}
+    response = _call(_app(admin_token="t"), "PUT", "/admin/routing", json=document, headers={"authorization": "Bearer t"})
+    detail = _assert_error_shape(response, 422, "bad_routing")["detail"]
+    sent = str(path)
+    repeated = [sent[i : i + validation.EXCERPT_CHARS + 1] for i in range(len(sent) - validation.EXCERPT_CHARS)]
+    assert not [window for window in repeated if window in detail], detail
+    assert name[-validation.EXCERPT_CHARS :] in detail  # the excerpt keeps the end of the file name
 
 
 # ---------------------------------------------------------------- a real server over a raw socket

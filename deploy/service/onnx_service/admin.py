@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from . import routing
+from .edge import bounded_echo
 from .model import ModelError
 from .service import Service, get_service
 from .validation import RequestError, parse_json, read_body
@@ -63,7 +64,7 @@ async def put_routing(request: Request, service: AdminDep) -> JSONResponse:
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
     except (routing.RoutingError, ModelError) as error:
-        return JSONResponse({"error": "bad_routing", "detail": str(error)[:MAX_DETAIL]}, status_code=422)
+        return JSONResponse({"error": "bad_routing", "detail": bounded_echo(str(error), document)[:MAX_DETAIL]}, status_code=422)
     answer = JSONResponse(new.describe())  # encoded before the switch: a document that cannot be answered changes nothing
     service.switch_router(new)  # one assignment: requests in flight finish on the router they started with
     log.info("routing changed: aliases %s, challenger %d%%, shadow %s", dict(new.aliases), new.challenger_percent, new.shadow)

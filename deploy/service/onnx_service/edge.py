@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import PurePath
 from typing import Any
 
 import anyio
@@ -167,6 +168,23 @@ def install_error_handlers(app: FastAPI) -> None:
     """404, 405 and FastAPI's request validation answered as ``{"error", "detail"}`` like every other 4xx."""
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+
+
+def _client_paths(document: Any) -> list[str]:
+    versions = document.get("versions") if isinstance(document, dict) else None
+    sources = [s.get("path") if isinstance(s, dict) else s for s in versions.values()] if isinstance(versions, dict) else []
+    return [source for source in sources if isinstance(source, str)]
+
+
+def bounded_echo(message: str, document: Any) -> str:
+    """``message`` with every path of the routing ``document`` longer than EXCERPT_CHARS (whole, normalised, or its file name) cut to an excerpt.
+
+    The model loader and ONNX Runtime quote a version's file name and path in their errors, unbounded.
+    """
+    texts = {text for path in _client_paths(document) for text in (path, str(PurePath(path)), PurePath(path).name)}
+    for text in sorted((t for t in texts if len(t) > validation.EXCERPT_CHARS), key=len, reverse=True):
+        message = message.replace(text, validation.excerpt(text, tail=True))
+    return message
 
 
 def malformed_request_response(message: str) -> bytes:
