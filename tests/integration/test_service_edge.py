@@ -101,7 +101,8 @@ def test_a_body_slow_to_parse_never_stalls_health(monkeypatch):
 
     async def scenario() -> tuple[int, int]:
         async with _client(app) as client:
-            predict = asyncio.create_task(client.post("/predict", content=b'{"inputs": 7}', headers=JSON))
+            body = b'{"inputs": 7}' + b" " * edge.INLINE_PARSE_BYTES  # large enough to be parsed off the loop
+            predict = asyncio.create_task(client.post("/predict", content=body, headers=JSON))
             assert await asyncio.to_thread(parsing.wait, WAIT)
             health = await client.get("/health")
             health_answered.set()

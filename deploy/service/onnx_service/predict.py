@@ -11,7 +11,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, R
 
 from . import routing
 from .batching import QueueFull
-from .edge import parse_off_loop
+from .edge import parse_request
 from .service import Service, get_service
 from .validation import FIELD, RequestError, check_content_type, read_body
 
@@ -29,7 +29,7 @@ async def predict(request: Request, service: Annotated[Service, Depends(get_serv
     try:
         check_content_type(request.headers.get("content-type"))
         body = await read_body(request, service.settings.max_body_bytes)
-        batch, _single = await parse_off_loop(body, service.contract)
+        batch, _single = await parse_request(body, service.contract)
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
     router_now = service.router  # this request finishes on the router it started with
