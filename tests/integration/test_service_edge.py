@@ -32,6 +32,7 @@ from onnx_service.config import ConfigError, Settings
 GOOD = np.zeros((1, 8, 8)).tolist()
 JSON = {"content-type": "application/json"}
 WAIT = 10  # seconds: only ever reached when the behaviour under test is missing
+PREFIX = "/user/ana/proxy/8080"  # where the class hub's proxy serves port 8080 of user ana
 
 
 def _app(**settings: object):
@@ -193,14 +194,13 @@ def test_identity_coding_is_accepted():
 
 
 def test_docs_loads_its_files_and_the_schema_through_the_root_path():
-    prefix = "/user/ana/proxy/8080"
     app = _app()
-    page = _call(app, "GET", "/docs", root_path=prefix).text
+    page = _call(app, "GET", "/docs", root_path=PREFIX).text
     urls = re.findall(r"(?:href|src)=\"([^\"]+)\"|url: '([^']+)'", page)
     files = ("favicon-32x32.png", "swagger-ui.css", "swagger-ui-bundle.js")
-    expected = [f"{prefix}/docs/assets/{name}" for name in files] + [f"{prefix}/openapi.json"]
+    expected = [f"{PREFIX}/docs/assets/{name}" for name in files] + [f"{PREFIX}/openapi.json"]
     assert sorted(u for pair in urls for u in pair if u) == sorted(expected)
-    assert _call(app, "GET", f"{prefix}/docs/assets/swagger-ui.css", root_path=prefix).status_code == 200
+    assert _call(app, "GET", f"{PREFIX}/docs/assets/swagger-ui.css", root_path=PREFIX).status_code == 200
 
 
 # ---------------------------------------------------------------- admin token
@@ -247,9 +247,20 @@ def test_admin_refusals_repeat_at_most_an_excerpt_of_a_long_file_name(tmp_path, 
 
 @pytest.fixture(scope="module")
 def live():
-    service = serving.start(ensure_digits_cnn(), body_timeout_seconds=1)
+    """A real service behind an imagined path-prefix proxy: uvicorn puts ROOT_PATH in front of every path."""
+    service = serving.start(ensure_digits_cnn(), body_timeout_seconds=1, root_path=PREFIX)
     yield urlsplit(service.url)
     service.stop()
+
+
+def test_behind_a_root_path_docs_load_through_it_and_metrics_name_the_routes(live):
+    with httpx.Client(base_url=f"http://{live.netloc}", timeout=WAIT) as client:
+        assert client.get("/health").status_code == 200
+        page = client.get("/docs").text
+        metrics = serving.parse_metrics(client.get("/metrics").text)
+    assert f"{PREFIX}/docs/assets/swagger-ui-bundle.js" in page and f"url: '{PREFIX}/openapi.json'" in page
+    health = ("onnx_service_requests_total", (("method", "GET"), ("path", "/health"), ("status", "200")))
+    assert metrics[health] == 1
 
 
 def _exchange(address, data: bytes) -> tuple[bytes, bool]:

@@ -66,7 +66,7 @@ class MetricsAndErrors:
                 await send({"type": "http.response.body", "body": _INTERNAL_ERROR})
         finally:
             # labels from a fixed set: a client inventing methods or paths must not add metric series without bound
-            path, method = scope.get("path", ""), scope.get("method", "")
+            path, method = edge.route_path(scope), scope.get("method", "")  # without ROOT_PATH, which uvicorn puts in front
             self.metrics.request_finished(
                 method if method in METHODS else "other",
                 path if path in KNOWN_PATHS else "other",

@@ -107,7 +107,7 @@ def _framing_or_coding_refusal(scope: dict) -> tuple[int, str, str, tuple] | Non
     return None
 
 
-def _route_path(scope: dict) -> str:
+def route_path(scope: dict) -> str:
     """The path the routes see: without the root path that uvicorn puts in front of it (``--root-path``)."""
     path, root = scope["path"], scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root + "/") else path
@@ -147,7 +147,7 @@ class EdgeGuard:
             return
         if scope["method"] == "HEAD":  # RFC 9110 section 9.3.2: the headers of GET, no content
             scope, send = {**scope, "method": "GET"}, _without_body(send)
-        if _route_path(scope) in PROBES:
+        if route_path(scope) in PROBES:
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.settings.concurrency_limit:
