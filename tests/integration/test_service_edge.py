@@ -309,3 +309,10 @@ def test_bytes_that_are_not_http_get_a_400_in_the_error_shape(live):
     status, head, rest = _status_and_body(raw)
     assert status == "HTTP/1.1 400 Bad Request" and b"application/json" in head and closed
     assert json.loads(rest) == {"error": "malformed_request", "detail": "Invalid HTTP request received."}
+
+
+def test_head_on_a_real_server_answers_the_probes_without_a_body_and_keeps_the_connection(live):
+    with httpx.Client(base_url=f"http://{live.netloc}", timeout=WAIT) as client:
+        heads = [client.head(path) for path in ("/health", "/ready", "/health")]
+    assert [(r.status_code, r.content) for r in heads] == [(200, b"")] * 3
+    assert all(int(r.headers["content-length"]) > 0 and "connection" not in r.headers for r in heads)
