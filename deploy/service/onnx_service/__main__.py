@@ -55,7 +55,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads per worker (ONNX_SERVICE_THREADS, default 1)")
     parser.add_argument("--provider", choices=PROVIDERS, help="cpu (default) or openvino (ONNX_SERVICE_PROVIDER)")
     parser.add_argument("--max-batch", type=int, help="most examples per request (ONNX_SERVICE_MAX_BATCH, default 64)")
-    parser.add_argument("--max-body-bytes", type=int, help="largest request body (ONNX_SERVICE_MAX_BODY_BYTES, default 1048576)")
+    parser.add_argument("--max-body-bytes", type=int, help="largest request body (ONNX_SERVICE_MAX_BODY_BYTES, default 0: from the model)")
+    parser.add_argument(
+        "--body-timeout-seconds", type=float, help="deadline for a whole body, s (ONNX_SERVICE_BODY_TIMEOUT_SECONDS, default 10)"
+    )
+    parser.add_argument(
+        "--concurrency-limit", type=int, help="requests served at once per worker (ONNX_SERVICE_CONCURRENCY_LIMIT, default 512)"
+    )
+    parser.add_argument("--root-path", help="path prefix of a proxy in front, e.g. /user/ana/proxy/8080 (ONNX_SERVICE_ROOT_PATH)")
     parser.add_argument("--handler", choices=HANDLERS, help="threadpool (default) or naive (blocks the event loop; for the notebook)")
     parser.add_argument(
         "--batching", action="store_true", default=None, help="dynamic batching of concurrent requests (ONNX_SERVICE_BATCHING, default off)"
@@ -144,6 +151,7 @@ def _serve(settings: Settings, app: object, listener: socket.socket) -> int:
         server_header=False,
         http=f"{__package__}.protocol:NoDelayHTTPProtocol",
         lifespan="on",  # warm-up runs at start-up; /ready answers 503 until it is done
+        root_path=settings.root_path,
     )
     if settings.workers == 1:
         server = uvicorn.Server(uvicorn.Config(app, **common))

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from . import routing
+from .edge import bounded_echo
 from .model import ModelError
 from .service import Service, get_service
 from .validation import RequestError, parse_json, read_body
@@ -39,7 +40,13 @@ def require_admin(request: Request, service: Annotated[Service, Depends(get_serv
 
 
 AdminDep = Annotated[Service, Depends(require_admin)]
-router = APIRouter(prefix="/admin")
+REFUSALS = {401: {"description": "no or a wrong bearer token"}, 403: {"description": "the admin API is off (no ONNX_SERVICE_ADMIN_TOKEN)"}}
+PUT_REFUSALS = {
+    400: {"description": "not JSON"},
+    413: {"description": "body too large"},
+    422: {"description": "a routing document the service cannot serve; the reason in detail"},
+}
+router = APIRouter(prefix="/admin", responses=REFUSALS)
 
 
 @router.get("/routing", summary="The versions served, their aliases, the traffic split and the shadow version")
@@ -47,7 +54,7 @@ async def get_routing(service: AdminDep) -> dict[str, Any]:
     return service.router.describe()
 
 
-@router.put("/routing", summary="Load versions and switch aliases, split or shadow without a restart")
+@router.put("/routing", summary="Load versions and switch aliases, split or shadow without a restart", responses=PUT_REFUSALS)
 async def put_routing(request: Request, service: AdminDep) -> JSONResponse:
     try:
         document = parse_json(await read_body(request, service.settings.max_body_bytes))
@@ -57,7 +64,7 @@ async def put_routing(request: Request, service: AdminDep) -> JSONResponse:
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
     except (routing.RoutingError, ModelError) as error:
-        return JSONResponse({"error": "bad_routing", "detail": str(error)[:MAX_DETAIL]}, status_code=422)
+        return JSONResponse({"error": "bad_routing", "detail": bounded_echo(str(error), document)[:MAX_DETAIL]}, status_code=422)
     answer = JSONResponse(new.describe())  # encoded before the switch: a document that cannot be answered changes nothing
     service.switch_router(new)  # one assignment: requests in flight finish on the router they started with
     log.info("routing changed: aliases %s, challenger %d%%, shadow %s", dict(new.aliases), new.challenger_percent, new.shadow)

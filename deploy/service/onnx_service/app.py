@@ -22,7 +22,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
 
-from . import __version__, admin, predict, probes, routing
+from . import __version__, admin, edge, predict, probes, routing
 from .config import ConfigError, Settings
 from .cpus import cpu_budget
 from .metrics import Metrics
@@ -66,7 +66,7 @@ class MetricsAndErrors:
                 await send({"type": "http.response.body", "body": _INTERNAL_ERROR})
         finally:
             # labels from a fixed set: a client inventing methods or paths must not add metric series without bound
-            path, method = scope.get("path", ""), scope.get("method", "")
+            path, method = edge.route_path(scope), scope.get("method", "")  # without ROOT_PATH, which uvicorn puts in front
             self.metrics.request_finished(
                 method if method in METHODS else "other",
                 path if path in KNOWN_PATHS else "other",
@@ -120,13 +120,14 @@ def _serve_docs_offline(app: FastAPI) -> None:
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="swagger-ui")
 
     @app.get("/docs", include_in_schema=False)
-    async def docs() -> HTMLResponse:
+    async def docs(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")  # behind a path-prefix proxy (the class hub) the page loads through it
         return get_swagger_ui_html(
-            openapi_url=app.openapi_url,
+            openapi_url=root + app.openapi_url,
             title=f"{app.title} - API docs",
-            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
-            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+            swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon-32x32.png",
         )
 
 
@@ -135,6 +136,7 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
     settings = settings or Settings.from_env()
     settings.validate()  # also settings built in code (from_env validates its own)
     model = model or load_served_model(settings.model, settings.model_sha256, settings.threads, settings.model_name, settings.provider)
+    settings = edge.with_body_limit(settings, model.contract(settings.max_batch))
     service = Service(settings, model, cpu_budget())
     if settings.routing:
         service.router = routing.build(
@@ -161,6 +163,7 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
         lifespan=lifespan,
         docs_url=None,  # replaced by _serve_docs_offline
         redoc_url=None,  # ReDoc has no offline bundle here
+        redirect_slashes=False,  # Starlette's redirect of /predict/ names the Host header's site
     )
     app.state.service, app.state.model, app.state.settings, app.state.metrics = service, model, settings, service.metrics
     app.include_router(probes.router)
@@ -168,6 +171,8 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
     app.include_router(admin.router)
     _serve_docs_offline(app)
     app.add_exception_handler(admin.AdminRefusal, _admin_refusal)
+    edge.install_error_handlers(app)
+    app.add_middleware(edge.EdgeGuard, settings=settings)  # inside MetricsAndErrors: its refusals are counted
     app.add_middleware(MetricsAndErrors, metrics=service.metrics)
     return app
 

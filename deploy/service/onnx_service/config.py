@@ -31,7 +31,10 @@ class Settings:
     threads: int = 1  # ONNX Runtime intra-op threads per session
     provider: str = "cpu"  # "cpu" (ONNX Runtime's CPU provider) or "openvino" (the onnxruntime-ep-openvino plugin, Intel CPUs)
     max_batch: int = 64  # most examples accepted in one request
-    max_body_bytes: int = 1_048_576  # largest request body accepted (1 MiB)
+    max_body_bytes: int = 0  # largest request body accepted; 0 = derived from the model's input and max_batch (edge.body_limit)
+    body_timeout_seconds: float = 10.0  # a body not received in full this long after the request began: 408
+    concurrency_limit: int = 512  # requests served at once by one worker (probes excepted); beyond it 503 + Retry-After
+    root_path: str = ""  # the path prefix of a proxy in front (e.g. /user/ana/proxy/8080): /docs loads its files under it
     handler: str = "threadpool"  # "threadpool" (inference off the event loop) or "naive" (blocks it; for the notebook)
     batching: bool = False  # dynamic batching: concurrent /predict requests are queued and run as one batch
     batch_max_size: int = 32  # most examples in one merged batch (a larger single request runs alone)
@@ -77,6 +80,7 @@ class Settings:
             ("max_batch", 1, 1_000_000),
             ("batch_max_size", 1, 1_000_000),
             ("batch_queue_limit", 1, 1_000_000),
+            ("concurrency_limit", 1, 1_000_000),
         ):
             if not low <= getattr(self, name) <= high:
                 raise bad(name, f"a whole number from {low} to {high}")
@@ -86,8 +90,15 @@ class Settings:
             raise bad("batch_max_wait_ms", "milliseconds from 0 to 1000")
         if self.batching and self.handler != "threadpool":
             raise bad("handler", "threadpool when ONNX_SERVICE_BATCHING=1 (the batcher runs inference off the event loop)")
-        if self.max_body_bytes < 1024:
-            raise bad("max_body_bytes", "at least 1024 bytes")
+        if self.max_body_bytes and self.max_body_bytes < 1024:
+            raise bad("max_body_bytes", "0 (derived from the model) or at least 1024 bytes")
+        if not 0 < self.body_timeout_seconds <= 300:
+            raise bad("body_timeout_seconds", "seconds from more than 0 to 300")
+        if self.root_path and not re.fullmatch(r"(/[A-Za-z0-9._~%-]+)+", self.root_path):
+            raise bad("root_path", "a path like /user/ana/proxy/8080 (no trailing slash)")
+        if not re.fullmatch(r"[!-~]*", self.admin_token):
+            # the message leaves the secret out; HTTP headers carry ASCII: a UTF-8 token could never match what a client sends
+            raise ConfigError(f"{PREFIX}ADMIN_TOKEN: expected visible ASCII characters only (no spaces, no accents)")
         if self.handler not in HANDLERS:
             raise bad("handler", " or ".join(HANDLERS))
         if self.provider not in PROVIDERS:

@@ -11,13 +11,15 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, R
 
 from . import routing
 from .batching import QueueFull
+from .edge import parse_request
 from .service import Service, get_service
-from .validation import FIELD, RequestError, check_content_type, parse_json, read_body, to_batch
+from .validation import FIELD, RequestError, check_content_type, read_body
 
 RESPONSES = {
-    400: {"description": "not JSON"},
+    400: {"description": "not JSON, or both Content-Length and Transfer-Encoding"},
+    408: {"description": "the body did not arrive in time"},
     413: {"description": "body too large"},
-    415: {"description": "not application/json"},
+    415: {"description": "not application/json, or a Content-Encoding other than identity"},
     422: {"description": "wrong shape, type, values or batch size, or outputs that overflow"},
     503: {"description": "overloaded (too many requests wait for a slot): retry after the Retry-After header's seconds"},
 }
@@ -27,7 +29,7 @@ async def predict(request: Request, service: Annotated[Service, Depends(get_serv
     try:
         check_content_type(request.headers.get("content-type"))
         body = await read_body(request, service.settings.max_body_bytes)
-        batch, _single = to_batch(parse_json(body), service.contract)
+        batch, _single = await parse_request(body, service.contract)
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
     router_now = service.router  # this request finishes on the router it started with

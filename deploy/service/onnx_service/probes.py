@@ -34,6 +34,8 @@ async def ready(service: ServiceDep) -> JSONResponse:
         "model": router_now.versions[router_now.aliases[routing.CHAMPION]].model.describe(),
         "max_batch": service.contract.max_batch,
         "max_body_bytes": settings.max_body_bytes,
+        "body_timeout_seconds": settings.body_timeout_seconds,
+        "concurrency_limit": settings.concurrency_limit,
         "handler": settings.handler,
         "cpus": service.cpus.as_dict(),
         "workers": settings.workers,

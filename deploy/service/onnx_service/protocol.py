@@ -15,6 +15,8 @@ import socket
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+from .edge import malformed_request_response
+
 
 class NoDelayHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
     """The automatic uvicorn HTTP protocol (httptools or h11), with Nagle's algorithm off."""
@@ -25,3 +27,8 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)
+
+    def send_400_response(self, msg: str) -> None:
+        """Bytes that are not an HTTP request: uvicorn's 400 in the service's ``{"error", "detail"}`` shape."""
+        self.transport.write(malformed_request_response(msg))
+        self.transport.close()
