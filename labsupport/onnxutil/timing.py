@@ -124,10 +124,11 @@ class Load:
 
 
 class LoadMeter:
-    """Measures other programs' share of the CPUs between ``start()`` (or construction) and ``stop()``."""
+    """Measures other programs' share of the CPUs between ``start()`` (or construction) and ``stop()``; with
+    ``process_tree=True`` this process's descendants (services it started, for example) count as its own."""
 
-    def __init__(self) -> None:
-        self._me = psutil.Process()
+    def __init__(self, process_tree: bool = False) -> None:
+        self._me, self._process_tree = psutil.Process(), process_tree
         self.start()
 
     @staticmethod
@@ -137,7 +138,16 @@ class LoadMeter:
 
     def _own_seconds(self) -> float:
         own = self._me.cpu_times()
-        return own.user + own.system
+        if not self._process_tree:
+            return own.user + own.system
+        total = own.user + own.system + own.children_user + own.children_system  # children_*: descendants that ended
+        for child in self._me.children(recursive=True):
+            try:
+                times = child.cpu_times()
+            except psutil.NoSuchProcess:  # ended meanwhile
+                continue
+            total += times.user + times.system
+        return total
 
     def start(self) -> None:
         """Start (again) from now."""

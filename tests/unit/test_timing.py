@@ -238,6 +238,25 @@ def test_the_load_meter_counts_other_programs_only(monkeypatch):
     assert meter.stop().others_share == pytest.approx(0.025) and not meter.stop().busy
 
 
+def test_with_process_tree_the_meters_own_work_includes_its_descendants(monkeypatch):
+    machine_busy, clock = [100.0], [0.0]
+    monkeypatch.setattr(timing.psutil, "cpu_times", lambda: _Times(machine_busy[0]))
+    monkeypatch.setattr(timing.psutil, "cpu_count", lambda: 2)
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    mine, service = [10.0], [0.0]  # the service is a child process (running), its CPU seconds
+
+    def times(user, children=0.0):
+        return SimpleNamespace(user=user, system=0.0, children_user=children, children_system=0.0)
+
+    child = SimpleNamespace(cpu_times=lambda: times(service[0]))
+    me = SimpleNamespace(cpu_times=lambda: times(mine[0]), children=lambda recursive: [child])
+    monkeypatch.setattr(timing.psutil, "Process", lambda: me)
+    tree, alone = timing.LoadMeter(process_tree=True), timing.LoadMeter()
+    clock[0], machine_busy[0], mine[0], service[0] = 1.0, 102.0, 10.5, 1.5  # all the machine's work was ours and our child's
+    assert tree.stop().others_share == pytest.approx(0.0)
+    assert alone.stop().others_share == pytest.approx(0.75)  # without the tree, the child counts as another program
+
+
 def test_the_load_meter_sees_another_process_use_a_cpu():
     meter = timing.LoadMeter()
     child = subprocess.run(
