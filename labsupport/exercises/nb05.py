@@ -94,6 +94,8 @@ def _check_used_provider_quietly(used_provider) -> str:
 
 def _why_not(got: str, truth: str, providers: list) -> str:
     """The misconception behind a wrong primary provider, or '' when none is recognised."""
+    if got not in ort.get_all_providers():
+        return f"{got!r} is not the name of an execution provider (ort.get_all_providers() lists them), return it as get_providers() does"
     if got not in ort.get_available_providers():
         return "it was requested, but it is not available here, so the session cannot run on it"
     if got == CPU and truth != _provider_name(providers[0]):
@@ -181,20 +183,47 @@ def _count_provider_queries():
 
 
 def _require_a_session(used_provider) -> None:
-    """A function that really opens a session fails on a file that is not an ONNX model."""
+    """A function that really opens a session fails on a file that is not an ONNX model: ORT's error must reach the caller."""
     with tempfile.TemporaryDirectory() as folder:
         not_a_model = Path(folder) / "not_a_model.onnx"
         not_a_model.write_bytes(b"these bytes are not an ONNX model")
-        try:
-            got = used_provider(str(not_a_model), [CPU])
-        except NotAttempted:
-            raise
-        except Exception:  # ORT refusing the file is the expected outcome
-            return
+        with _session_failures() as failures:
+            try:
+                got = used_provider(str(not_a_model), [CPU])
+            except NotAttempted:
+                raise
+            except Exception:  # ORT refusing the file is the expected outcome
+                return
+    if failures:
+        raise Incorrect(
+            f"your function returned {got!r} for a file ORT cannot load: its InferenceSession raised {failures[0]} and your "
+            "code went on. No session exists there, so no provider runs anything: let the session's error propagate "
+            "(no try/except around InferenceSession)"
+        )
     raise Incorrect(
         f"for a file that is not an ONNX model your function returned {got!r} without failing: "
         "it never opened a session on the model; create one and ask it"
     )
+
+
+@contextmanager
+def _session_failures():
+    """Collect the errors of every InferenceSession that fails to open while the block runs (what a try/except hides)."""
+    failures: list[str] = []  # the exception types
+    original = ort.InferenceSession._create_inference_session
+
+    def recorded(session, *args, **kwargs):
+        try:
+            return original(session, *args, **kwargs)
+        except Exception as error:
+            failures.append(type(error).__name__)
+            raise
+
+    ort.InferenceSession._create_inference_session = recorded
+    try:
+        yield failures
+    finally:
+        ort.InferenceSession._create_inference_session = original
 
 
 def _fake_trace(path: Path, kernels: list[tuple[str, str, int]]) -> Path:

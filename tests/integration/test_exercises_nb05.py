@@ -421,3 +421,44 @@ def test_q2_count_message_only_for_the_op_that_runs_most_often():
     outcome = nb05.q2.evaluate(start_times)
     assert outcome.status == "incorrect" and "'ts'" in outcome.message and "'dur'" in outcome.message
     assert nb05._most_called(nb05._TRACE_A) == "Relu" and nb05._most_called(nb05._TRACE_B) == "Relu"
+
+
+def _defensive(path, providers):
+    """Right for every model, but turns ORT's refusal of a broken file into a provider name (review 4)."""
+    try:
+        return ort.InferenceSession(path, providers=providers).get_providers()[0]
+    except Exception:
+        return "CPUExecutionProvider"
+
+
+def test_q1_rejects_a_name_returned_for_a_file_ort_cannot_load_and_says_so():
+    outcome = nb05.q1.evaluate(_defensive)
+    assert outcome.status == "incorrect", outcome.message
+    assert "a file ORT cannot load" in outcome.message and "let the session's error propagate" in outcome.message
+    assert "never opened a session" not in outcome.message
+
+
+def _device_name(path, providers):
+    ort.InferenceSession(path, providers=providers).get_providers()
+    return ort.get_device()  # "CPU": a device, not a provider
+
+
+def _last_of_the_session(path, providers):
+    return ort.InferenceSession(path, providers=providers).get_providers()[-1]
+
+
+def _reversed_wishes(path, providers):
+    return ort.InferenceSession(path, providers=list(reversed(providers))).get_providers()[0]
+
+
+def test_q1_says_that_a_device_name_is_no_provider_name():
+    outcome = nb05.q1.evaluate(_device_name)
+    assert outcome.status == "incorrect" and "not the name of an execution provider" in outcome.message, outcome.message
+    assert "not available here" not in outcome.message
+
+
+@pytest.mark.skipif("AzureExecutionProvider" not in ort.get_available_providers(), reason="needs a second available provider")
+@pytest.mark.parametrize("wrong", [_last_of_the_session, _reversed_wishes], ids=["last provider the session got", "wishes reversed"])
+def test_q1_rejects_the_wrong_end_of_a_list(wrong):
+    outcome = nb05.q1.evaluate(wrong)
+    assert outcome.status == "incorrect" and "the session's primary provider is" in outcome.message, outcome.message
