@@ -31,18 +31,22 @@ def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
     return len(a) == len(b) and np.array_equal(_sorted_rows(a), _sorted_rows(b))
 
 
-def _fed_rows(reader, batch_size: int) -> np.ndarray:
-    """Every batch the reader hands out, checked for the MLP's input format, concatenated."""
+def _handed_out(reader) -> list:
+    """What get_next() returns until it returns None."""
     if not callable(getattr(reader, "get_next", None)):
         raise Incorrect(f"calling your class must give a reader with get_next(), got {type(reader).__name__}")
     batches = []
     for _ in range(MAX_BATCHES):
         item = reader.get_next()
         if item is None:
-            break
+            return batches
         batches.append(item)
-    else:
-        raise Incorrect(f"get_next() never returned None after {MAX_BATCHES} batches; it must return None when the split is used up")
+    raise Incorrect(f"get_next() never returned None after {MAX_BATCHES} batches; it must return None when the split is used up")
+
+
+def _fed_rows(reader, batch_size: int) -> np.ndarray:
+    """Every batch the reader hands out, checked for the MLP's input format, concatenated."""
+    batches = _handed_out(reader)
     if not batches:
         raise Incorrect("the first get_next() already returned None: the reader yields no data")
     for number, item in enumerate(batches):
@@ -100,16 +104,50 @@ def _check_reader_class(reader_class) -> str:
                 f"given the {name} split ({len(split)} images) in batches of {batch_size}, the reader fed {len(fed)} rows, "
                 "not each of its images exactly once (split.flat holds them as rows)"
             )
-    try:
-        reader_class(digits.calibration, 7)
-    except ValueError:
-        pass
-    else:
-        raise Incorrect(
-            "MlpReader(calibration, 7) must raise ValueError: 180 images do not split into equal batches of 7, "
-            "and the histogram calibrators fail on a ragged last batch"
-        )
+    _check_readers_made_together(reader_class, digits)
+    _check_ragged_refused(reader_class, digits)
     return "flat float32 rows under 'pixels', every image of the given split once, in equal batches"
+
+
+def _check_readers_made_together(reader_class, digits) -> None:
+    """Two readers made before either is drained feed their own splits (a notebook makes the test reader next to the other)."""
+    calibration = reader_class(digits.calibration, 60)
+    reader_class(digits.test, 20)
+    batches = [np.asarray(item[MLP_INPUT]) for item in _handed_out(calibration)]  # their format passed the checks above
+    fed = np.concatenate(batches) if batches else np.empty((0, 64), np.float32)
+    if not _same_rows(fed, digits.calibration.flat):
+        test_rows = {row.tobytes() for row in digits.test.flat}
+        mixed = sum(row.tobytes() in test_rows for row in fed)
+        raise Incorrect(
+            f"MlpReader(calibration split, 60), made just before MlpReader(test split, 20), fed {len(fed)} rows, {mixed} of "
+            "them test images: your readers share their batches (a class attribute or a global), so making a second reader "
+            "changes the first and calibration sees the test split. Keep the batches on the instance: assign them to self in __init__"
+        )
+
+
+def _check_ragged_refused(reader_class, digits) -> None:
+    """The constructor refuses a batch size that does not divide the split; raising later, in get_next, is too late."""
+    try:
+        reader = reader_class(digits.calibration, 7)
+    except ValueError:
+        return
+    except Exception as error:
+        raise Incorrect(
+            f"MlpReader(calibration, 7) raised {type(error).__name__}; raise ValueError when batch_size does not divide the split"
+        ) from None
+    handed_out = 0
+    try:
+        while reader.get_next() is not None and handed_out < MAX_BATCHES:
+            handed_out += 1
+    except ValueError:
+        raise Incorrect(
+            f"MlpReader(calibration, 7) raised ValueError only in get_next(), after handing out {handed_out} batches: raise it "
+            "in __init__, so a wrong batch size fails where the reader is made, before quantize_static runs the model on any batch"
+        ) from None
+    raise Incorrect(
+        "MlpReader(calibration, 7) must raise ValueError: 180 images do not split into equal batches of 7, "
+        "and the histogram calibrators fail on a ragged last batch"
+    )
 
 
 # ------------------------------------------------------------------ exercise 2: exclude the sensitive node
@@ -276,7 +314,7 @@ q1 = Exercise(
     _check_reader_class,
     hint=(
         "The MLP reads 'pixels', rows of 64 floats: split.flat holds them. In __init__(self, split, batch_size) "
-        "raise ValueError when len(split.flat) % batch_size != 0, then keep an iterator over "
+        "raise ValueError when len(split.flat) % batch_size != 0, then keep on self (not on the class) an iterator over "
         "[{'pixels': rows[i:i + batch_size]} ...]; get_next() returns next(iterator, None)."
     ),
     solution_code="""

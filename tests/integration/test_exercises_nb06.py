@@ -94,6 +94,77 @@ def test_q1_rejects_typical_wrong_readers(wrong, reason):
     assert reason in outcome.message, outcome.message
 
 
+def _batches(split, batch_size):
+    rows = split.flat
+    if len(rows) % batch_size:
+        raise ValueError("ragged")
+    return [{"pixels": rows[i : i + batch_size]} for i in range(0, len(rows), batch_size)]
+
+
+class SharedList(CalibrationDataReader):
+    """Batches on a class-level list every instance shares (review 4): a second reader adds its split to the first's."""
+
+    batches: list = []
+
+    def __init__(self, split, batch_size):
+        SharedList.batches.extend(_batches(split, batch_size))
+
+    def get_next(self):
+        return SharedList.batches.pop(0) if SharedList.batches else None
+
+
+class ClassIterator(CalibrationDataReader):
+    """The iterator on the class: each new reader replaces the one the earlier readers read."""
+
+    def __init__(self, split, batch_size):
+        ClassIterator.batches = iter(_batches(split, batch_size))
+
+    def get_next(self):
+        return next(ClassIterator.batches, None)
+
+
+class LazyRefusal(CalibrationDataReader):
+    """Raises ValueError only when get_next reaches the ragged batch, after handing out the others."""
+
+    def __init__(self, split, batch_size):
+        self._rows, self._size, self._start = split.flat, batch_size, 0
+
+    def get_next(self):
+        if self._start >= len(self._rows):
+            return None
+        batch = self._rows[self._start : self._start + self._size]
+        self._start += self._size
+        if len(batch) != self._size:
+            raise ValueError("ragged")
+        return {"pixels": batch}
+
+
+class AssertingReader(CalibrationDataReader):
+    """Refuses a ragged split with assert (AssertionError), not ValueError."""
+
+    def __init__(self, split, batch_size):
+        assert len(split.flat) % batch_size == 0
+        self._batches = iter([{"pixels": split.flat[i : i + batch_size]} for i in range(0, len(split.flat), batch_size)])
+
+    def get_next(self):
+        return next(self._batches, None)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (SharedList, "your readers share their batches"),
+        (ClassIterator, "your readers share their batches"),
+        (LazyRefusal, "only in get_next()"),
+        (AssertingReader, "raised AssertionError"),
+    ],
+)
+def test_q1_rejects_shared_batches_and_a_late_or_wrong_refusal(wrong, reason):
+    outcome = q1.evaluate(wrong)
+    assert outcome.status == INCORRECT
+    assert reason in outcome.message, outcome.message
+
+
 # ------------------------------------------------------------------ exercise 2
 
 
