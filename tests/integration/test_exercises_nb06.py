@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from typing import ClassVar
 
 import numpy as np
 import onnx
@@ -104,7 +105,7 @@ def _batches(split, batch_size):
 class SharedList(CalibrationDataReader):
     """Batches on a class-level list every instance shares (review 4): a second reader adds its split to the first's."""
 
-    batches: list = []
+    batches: ClassVar[list] = []  # the mistake under test
 
     def __init__(self, split, batch_size):
         SharedList.batches.extend(_batches(split, batch_size))
