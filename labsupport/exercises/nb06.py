@@ -223,6 +223,35 @@ def _quantized_weights(model) -> list[tuple[int, np.ndarray]]:
     return weights
 
 
+def _gemm_names() -> list[str]:
+    import onnx
+
+    return [node.name for node in onnx.load(mlp_preprocessed()).graph.node if node.op_type == "Gemm"]
+
+
+def _check_eight_bits(model) -> None:
+    """Activations and weights are stored in 8 bits (INT8 or UINT8), the exercise's static INT8."""
+    from onnx import TensorProto
+
+    types = {t.name: t.data_type for t in model.graph.initializer}
+    eight_bits = (TensorProto.INT8, TensorProto.UINT8)
+    for node in model.graph.node:
+        if node.op_type != "QuantizeLinear" or node.input[0] in types or len(node.input) < 3 or node.input[2] not in types:
+            continue
+        if types[node.input[2]] not in eight_bits:
+            kind = TensorProto.DataType.Name(types[node.input[2]])
+            raise Incorrect(
+                f"the activations are quantized to {kind} (the zero point of {node.input[0]!r} is {kind}): this exercise is static "
+                "INT8, keep activation_type=QuantType.QInt8 or QUInt8"
+            )
+    for node in model.graph.node:  # biases are INT32 in every QDQ model
+        if node.op_type == "DequantizeLinear" and types.get(node.input[0], TensorProto.INT8) not in (*eight_bits, TensorProto.INT32):
+            kind = TensorProto.DataType.Name(types[node.input[0]])
+            raise Incorrect(
+                f"the weight {node.input[0]!r} is stored as {kind}: this exercise is static INT8, keep weight_type=QuantType.QInt8"
+            )
+
+
 def _check_model(model) -> str:
     """The single node the quantized MLP leaves in FP32, once the file is shown to be the exercise's QDQ model."""
     ops = {node.op_type for node in model.graph.node}
@@ -236,6 +265,7 @@ def _check_model(model) -> str:
         raise Incorrect("the file at dst has no QuantizeLinear/DequantizeLinear nodes: quantize it with quantize_static (QDQ format)")
     if "Gemm" not in ops:
         raise Incorrect("the file has no Gemm layer: quantize the model quantize_mlp is given at src (the pre-processed MLP)")
+    _check_eight_bits(model)
     weights = _quantized_weights(model)
     if weights and all(scale.size == 1 for _, scale in weights):
         raise Incorrect("every weight has a single scale: quantize per channel (per_channel=True), as the exercise asks")
@@ -245,7 +275,11 @@ def _check_model(model) -> str:
         )
     excluded = float_compute_nodes(model)
     if not excluded:
-        raise Incorrect("every layer is quantized: leave one node in FP32 with nodes_to_exclude=[its name]")
+        raise Incorrect(
+            "every layer is quantized: leave one node in FP32 with nodes_to_exclude=[its name]. quantize_static silently "
+            "ignores names it does not find in the graph at src: the pre-processed MLP names its Gemms "
+            f"{', '.join(_gemm_names())} (the exported MLP's names are gone after pre-processing)"
+        )
     if len(excluded) > 1:
         raise Incorrect(f"{len(excluded)} layers stay in FP32 ({', '.join(excluded)}); exclude a single node: find the one that matters")
     expected = dict(_broken_scales())

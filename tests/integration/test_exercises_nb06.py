@@ -247,6 +247,65 @@ def test_q2_rejects_typical_wrong_answers(wrong, reason):
     assert reason in outcome.message, outcome.message
 
 
+def quantizer_with_types(activation_type=QuantType.QInt8, weight_type=QuantType.QInt8):
+    """The reference choices, with the element types of the activations and weights given."""
+
+    def quantize_mlp(src, dst):
+        quantize_static(
+            src,
+            dst,
+            quant.reader_for(src),
+            per_channel=True,
+            reduce_range=True,
+            calibrate_method=CalibrationMethod.Percentile,
+            extra_options={"CalibPercentile": BROKEN_PERCENTILE},
+            nodes_to_exclude=["node_matmul/MatMulAddFusion"],
+            activation_type=activation_type,
+            weight_type=weight_type,
+        )
+
+    return quantize_mlp
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (quantizer_with_types(activation_type=QuantType.QInt16), "activations are quantized to INT16"),  # review 4: not "ranges"
+        (quantizer_with_types(activation_type=QuantType.QUInt16), "activations are quantized to UINT16"),
+        (quantizer_with_types(weight_type=QuantType.QInt16), "stored as INT16"),
+        (quantizer_with_types(weight_type=QuantType.QInt4), "stored as INT4"),
+    ],
+)
+def test_q2_names_element_types_that_are_not_eight_bits(wrong, reason):
+    outcome = q2.evaluate(wrong)
+    assert outcome.status == INCORRECT
+    assert reason in outcome.message and "Percentile calibration" not in outcome.message, outcome.message
+
+
+def test_q2_says_that_names_absent_from_the_graph_are_ignored_and_names_the_gemms():
+    outcome = q2.evaluate(quantizer(nodes=["node_matmul"]))  # the exported MLP's name: quantize_static ignores it (review 4)
+    assert outcome.status == INCORRECT
+    assert "silently ignores" in outcome.message and all(name in outcome.message for name in gemm_names()), outcome.message
+
+
+def test_q2_accepts_quantizing_only_the_other_gemms():
+    def only_the_others(src, dst):
+        others = [name for name in gemm_names() if name != "node_matmul/MatMulAddFusion"]
+        quantize_static(
+            src,
+            dst,
+            quant.reader_for(src),
+            per_channel=True,
+            reduce_range=True,
+            calibrate_method=CalibrationMethod.Percentile,
+            extra_options={"CalibPercentile": BROKEN_PERCENTILE},
+            nodes_to_quantize=others,
+        )
+
+    outcome = q2.evaluate(only_the_others)
+    assert outcome.status == CORRECT, outcome.message
+
+
 # ------------------------------------------------------------------ exercise 3
 
 
