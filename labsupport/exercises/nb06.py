@@ -321,22 +321,40 @@ def _check_quantize_function(quantize_mlp) -> str:
 # ------------------------------------------------------------------ exercise 3: LLM memory
 
 
+PARAMETERS = 13e9  # exercise 3: a 13B model at INT4, blocks of 32 weights with one FP16 scale each
+# bits per weight of the usual wrong computations, and what each one counted
+_INT4_MISTAKES = (
+    (4, "that counts 4 bits per weight only; every block of 32 weights also stores a 16-bit scale"),
+    (
+        4 + 32 / 32,
+        "that is 5 bits per weight: 32 bits per block of 32 on top of the 4-bit weights, which is a 32-bit (FP32) scale, "
+        "or an FP16 scale plus an FP16 zero point; the question's blocks store one FP16 scale and nothing else",
+    ),
+    (4 + 16 / 32 + 4 / 32, "that also counts a 4-bit zero point per block; the question's blocks store one FP16 scale and nothing else"),
+    (4 + 16 / 32 + 8 / 32, "that also counts an 8-bit zero point per block; the question's blocks store one FP16 scale and nothing else"),
+    (4 + 2 / 32, "that counts the FP16 scale as 2 bits per block: it takes 2 bytes, 16 bits"),
+    (4 + 16 / 64, "that spreads the 16-bit scale over 64 weights; a block holds 32"),
+    (8, "that is INT8, 8 bits per weight; the question is INT4"),
+    (16, "that is the FP16 model, 16 bits per weight; the question is INT4"),
+    (32, "that is the FP32 model, 32 bits per weight; the question is INT4"),
+)
+
+
 def _check_int4_gb(value) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise Incorrect(f"expected a number of GB, got {type(value).__name__}")
     value = float(value)
-    truth = 13e9 * (4 + 16 / 32) / 8 / 1e9
-    if abs(value - 13e9 * 4 / 8 / 1e9) < 0.05:
-        raise Incorrect("that counts 4 bits per weight only; every block of 32 weights also stores a 16-bit scale")
-    if abs(value - 13e9 * (4 + 32 / 32) / 8 / 1e9) < 0.05:
-        raise Incorrect(
-            "that counts a 32-bit scale per block (5 bits per weight), as the INT4 file of section 12 stores for an FP32 model; "
-            "the question's scales are FP16: 16 bits per block of 32"
-        )
+    truth = PARAMETERS * (4 + 16 / 32) / 8 / 1e9
+    for bits, mistake in _INT4_MISTAKES:
+        if abs(value - PARAMETERS * bits / 8 / 1e9) < 0.05:
+            raise Incorrect(mistake)
     if abs(value - truth * 1e9 / 2**30) < 0.05:
         raise Incorrect("that is GiB (2**30 bytes); the question asks for GB (1e9 bytes)")
-    if abs(value / 1e9 - truth) < 0.05:
-        raise Incorrect(f"{value:.4g} looks like bytes; the question asks for GB: divide by 1e9")
+    if abs(value - truth * 8) < 0.05:
+        raise Incorrect(f"{value:.4g} is gigabits (bits per weight x parameters / 1e9); divide by 8 for bytes")
+    for unit, factor, divisor in (("bytes", 1e9, "1e9"), ("MB", 1e3, "1000")):
+        if abs(value / factor - truth) < 0.05:
+            raise Incorrect(f"{value:.4g} looks like {unit}; the question asks for GB: divide by {divisor}")
     if abs(value - truth) > 0.05:
         raise Incorrect(f"{value:.2f} GB is not it: bits per weight x parameters / 8 gives bytes")
     return f"{truth:.2f} GB: 4.5 bits per weight"

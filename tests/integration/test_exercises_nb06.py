@@ -311,9 +311,31 @@ def test_q2_accepts_quantizing_only_the_other_gemms():
 
 def test_q3_rejects_common_mistakes():
     assert "16-bit scale" in q3.evaluate(6.5).message  # 4 bits only
-    assert "32-bit scale" in q3.evaluate(8.125).message  # FP32 scales, as the course's own INT4 file of an FP32 model
+    fp32_scale = q3.evaluate(8.125).message  # FP32 scales, as the course's own INT4 file of an FP32 model, or FP16 scale + zero point
+    assert "32-bit (FP32) scale" in fp32_scale and "FP16 zero point" in fp32_scale  # review 4: both computations give 8.125
     assert "GiB" in q3.evaluate(13e9 * 4.5 / 8 / 2**30).message
     assert "looks like bytes" in q3.evaluate(7.3125e9).message
     assert q3.evaluate(26.0).status == INCORRECT  # FP16
     assert q3.evaluate("7.3").status == INCORRECT
     assert q3.evaluate(7.31).status == CORRECT
+
+
+@pytest.mark.parametrize(
+    ("bits", "says"),
+    [
+        (4 + 16 / 32 + 4 / 32, "4-bit zero point"),  # review 4: was the generic message
+        (4 + 16 / 32 + 8 / 32, "8-bit zero point"),
+        (4 + 2 / 32, "2 bytes, 16 bits"),  # the scale's bytes counted as bits
+        (4 + 16 / 64, "a block holds 32"),
+        (8, "INT8"),
+    ],
+)
+def test_q3_names_each_wrong_computation(bits, says):
+    outcome = q3.evaluate(13e9 * bits / 8 / 1e9)
+    assert outcome.status == INCORRECT and says in outcome.message, outcome.message
+
+
+@pytest.mark.parametrize(("value", "says"), [(58.5, "gigabits"), (7312.5, "looks like MB"), (52.0, "FP32 model")])
+def test_q3_names_wrong_units(value, says):
+    outcome = q3.evaluate(value)
+    assert outcome.status == INCORRECT and says in outcome.message, outcome.message
