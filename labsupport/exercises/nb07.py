@@ -121,6 +121,12 @@ def _check_foldable(model) -> str:
         raise Incorrect(f"your graph has {len(model.graph.node)} node(s); build one with at least 3 so that folding has work to do")
     if not _random_feeds(model):
         raise Incorrect("the graph needs an input: a graph of constants only is not a model")
+    overridable = sorted({value.name for value in model.graph.input} & {t.name for t in model.graph.initializer})
+    if overridable:
+        raise Incorrect(
+            f"{', '.join(overridable)} is an initializer and also a graph input: ORT treats it as an input a caller may "
+            "override and folds nothing that reads it; list only the real input(s) in make_graph's inputs"
+        )
     reading = _nodes_reading_inputs(model)
     if len(reading) != 1:
         raise Incorrect(
@@ -189,6 +195,9 @@ def _unseen_models() -> list[tuple[str, onnx.ModelProto]]:
 
 def _removed_count_problem(got: dict[str, int], truth: dict[str, int]) -> str | None:
     """What is wrong with ``got`` compared to ``truth``, without revealing ``truth``; None when right."""
+    negative = sorted(str(op) for op, count in got.items() if count < 0)
+    if negative:
+        return f"your dict gives {', '.join(negative)} a negative count: the optimizer added those nodes; keep only the ops it removed"
     extra = sorted(str(op) for op in got if op not in truth)
     if extra:
         return f"your dict names {', '.join(extra)}, whose count did not go down"

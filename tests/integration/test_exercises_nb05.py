@@ -554,3 +554,24 @@ def test_q2_every_shortcut_misses_the_answer_in_one_trace():
     answers = [nb05._shortcuts(trace) for trace in traces]
     for shortcut in answers[0]:
         assert any(answer[shortcut] != nb05.slowest_by_median_run(trace) for answer, trace in zip(answers, traces, strict=True)), shortcut
+
+
+def _options(value="1", key="session.disable_cpu_ep_fallback", intra=1, inter=0):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = intra, inter
+    options.add_session_config_entry(key, value)
+    return options
+
+
+@pytest.mark.parametrize(
+    ("wrong", "says"),
+    [
+        (_options("true"), "must be '1' (got 'true')"),  # measured: with 'true' a session still falls back to the CPU
+        (_options(key="session.disable_cpu_fallback"), "must be '1' (got None)"),  # a key ORT does not know
+        (_options(intra=2, inter=1), "intra_op_num_threads must be 1"),  # the other pool set to 1
+    ],
+    ids=["'true' for '1'", "misspelt key", "inter instead of intra"],
+)
+def test_q3_rejects_a_switch_ort_does_not_read_and_the_wrong_pool(wrong, says):
+    outcome = nb05.q3.evaluate(wrong)
+    assert outcome.status == "incorrect" and says in outcome.message, outcome.message

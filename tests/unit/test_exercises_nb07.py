@@ -293,3 +293,47 @@ def test_q3_layout_ops_come_from_what_all_adds_on_this_cpu(monkeypatch):
     monkeypatch.setattr(nb07, "_layout_only_ops", lambda model, folder: {"com.microsoft:FusedConv"})  # pretend ALL added it
     outcome = q3.evaluate(_command_line_saver("extended"))
     assert outcome.status == INCORRECT and "com.microsoft:FusedConv" in outcome.message, outcome.message
+
+
+def test_q1_says_that_an_initializer_listed_as_an_input_is_not_folded():
+    model = _foldable(opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    model.graph.input.append(helper.make_tensor_value_info("W", TensorProto.FLOAT, [3, 4]))  # overridable: ORT folds nothing reading it
+    outcome = q1.evaluate(model)
+    assert outcome.status == INCORRECT and "W is an initializer and also a graph input" in outcome.message, outcome.message
+
+
+def test_q1_rejects_a_shape_branch_that_reads_the_input():
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),  # reads the input: not a constant, and its result feeds nothing
+        helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x", "half"], ["y"]),
+    ]
+    outcome = q1.evaluate(_model(nodes, [half]))
+    assert outcome.status == INCORRECT and "compute from the graph input" in outcome.message, outcome.message
+
+
+def _counted_at(fixed_level=None, signed=False):
+    """removed_ops that optimizes at ``fixed_level`` whatever it is asked, or reports added ops as negative counts."""
+
+    def answer(model, level):
+        with tempfile.TemporaryDirectory() as folder:
+            after = op_counts(optimize_to_file(model, fixed_level or level, Path(folder) / "o.onnx"))
+        before = op_counts(model)
+        return {op: before[op] - after[op] for op in before | after if before[op] > after[op] or (signed and before[op] != after[op])}
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("wrong", "says"),
+    [
+        (_counted_at(signed=True), "negative count"),
+        (_counted_at("basic"), "at level 'extended'"),
+        (_counted_at("extended"), "at level 'basic'"),
+    ],
+    ids=["added ops as negative counts", "always basic", "always extended"],
+)
+def test_q2_rejects_signed_counts_and_a_fixed_level(wrong, says):
+    outcome = q2.evaluate(wrong)
+    assert outcome.status == INCORRECT and says in outcome.message, outcome.message
