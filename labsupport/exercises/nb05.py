@@ -348,7 +348,7 @@ def _per_run(runs: list[list[Kernel]], key=lambda node, op: op) -> dict[str, lis
     return times
 
 
-def slowest_by_median_run(runs: list[list[Kernel]]) -> str:
+def _slowest_by_median_run(runs: list[list[Kernel]]) -> str:
     """The truth of exercise 2: the op type with the largest median (over the runs) of its kernel time per run."""
     return _largest({op: statistics.median(times) for op, times in _per_run(runs).items()})
 
@@ -389,7 +389,7 @@ def _check_slowest(slowest_op) -> str:
     traces = (_TRACE_A, _TRACE_B, _TRACE_C, _TRACE_D)
     with tempfile.TemporaryDirectory() as folder:
         answers = [slowest_op(str(_fake_trace(Path(folder) / f"profile_{n}.json", runs))) for n, runs in enumerate(traces)]
-    wrong = [(got, runs) for got, runs in zip(answers, traces, strict=True) if got != slowest_by_median_run(runs)]
+    wrong = [(got, runs) for got, runs in zip(answers, traces, strict=True) if got != _slowest_by_median_run(runs)]
     if wrong:
         _diagnose_slowest(*wrong[0], [_shortcuts(runs) for runs in traces], answers)
     return "you took each operator type's median time per run: cold and interrupted runs did not decide it"
@@ -397,7 +397,7 @@ def _check_slowest(slowest_op) -> str:
 
 def _diagnose_slowest(got, runs: list[list[Kernel]], shortcuts: list[dict[str, str]], answers: list) -> None:
     """Raise Incorrect naming the wrong computation that gives ``got`` on ``runs`` (and the learner's other answers)."""
-    kernels, truth = [kernel for run in runs for kernel in run], slowest_by_median_run(runs)
+    kernels, truth = [kernel for run in runs for kernel in run], _slowest_by_median_run(runs)
     if got in ("model_loading_uri", "session_initialization", "SequentialExecutor::Execute", "model_run"):
         raise Incorrect(f"{got!r} is a session event, not an operator: keep only events with cat == 'Node'")
     if isinstance(got, str) and got.endswith("_kernel_time"):
