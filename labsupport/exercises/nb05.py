@@ -480,7 +480,12 @@ q1 = Exercise(
     "which provider does the session really put first?",
     _check_used_provider,
     hint="Create ort.InferenceSession(model_path, providers=providers) and ask it: session.get_providers()[0] "
-    "is the provider that gets first pick of the nodes. The list you passed in is only a wish.",
+    "is the provider that gets first pick of the nodes. The list you passed in is only a wish. The checker's lists start "
+    "with a provider unavailable here, end with one the session does not put first, start with an available provider "
+    "that is not the CPU's (the AzureExecutionProvider of the PyPI builds) or put that one behind an unavailable one; "
+    "some entries are (name, options) pairs. It also makes get_available_providers() list a provider that cannot start "
+    "(as a GPU build does without its libraries), and gives your function a file that is not a model: ORT's error must "
+    "reach the caller.",
     solution_code="""
         import onnxruntime as ort
 

@@ -394,7 +394,8 @@ q2 = Exercise(
         "Inside quantize_mlp(src, dst) call quantize_static(src, dst, quant.reader_for(src), per_channel=True, "
         "reduce_range=True, calibrate_method=CalibrationMethod.Percentile, extra_options={'CalibPercentile': 80.0}, "
         "nodes_to_exclude=[name]). To find the name, make a version that takes the node as a third argument, run it "
-        "for each Gemm of onnx.load(mlp_pre).graph.node, and measure quant.accuracy of each result."
+        "for each Gemm of onnx.load(mlp_pre).graph.node (the names in src: quantize_static silently ignores others), "
+        "and measure quant.accuracy of each result."
     ),
     solution_code="""
         from onnxruntime.quantization import CalibrationMethod, quantize_static
