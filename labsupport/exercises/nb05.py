@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import random
+import statistics
 import sys
 import tempfile
 import warnings
@@ -94,6 +95,8 @@ def _check_used_provider_quietly(used_provider) -> str:
 
 def _why_not(got: str, truth: str, providers: list) -> str:
     """The misconception behind a wrong primary provider, or '' when none is recognised."""
+    if got not in ort.get_all_providers():
+        return f"{got!r} is not the name of an execution provider (ort.get_all_providers() lists them), return it as get_providers() does"
     if got not in ort.get_available_providers():
         return "it was requested, but it is not available here, so the session cannot run on it"
     if got == CPU and truth != _provider_name(providers[0]):
@@ -181,56 +184,89 @@ def _count_provider_queries():
 
 
 def _require_a_session(used_provider) -> None:
-    """A function that really opens a session fails on a file that is not an ONNX model."""
+    """A function that really opens a session fails on a file that is not an ONNX model: ORT's error must reach the caller."""
     with tempfile.TemporaryDirectory() as folder:
         not_a_model = Path(folder) / "not_a_model.onnx"
         not_a_model.write_bytes(b"these bytes are not an ONNX model")
-        try:
-            got = used_provider(str(not_a_model), [CPU])
-        except NotAttempted:
-            raise
-        except Exception:  # ORT refusing the file is the expected outcome
-            return
+        with _session_failures() as failures:
+            try:
+                got = used_provider(str(not_a_model), [CPU])
+            except NotAttempted:
+                raise
+            except Exception:  # ORT refusing the file is the expected outcome
+                return
+    if failures:
+        raise Incorrect(
+            f"your function returned {got!r} for a file ORT cannot load: its InferenceSession raised {failures[0]} and your "
+            "code went on. No session exists there, so no provider runs anything: let the session's error propagate "
+            "(no try/except around InferenceSession)"
+        )
     raise Incorrect(
         f"for a file that is not an ONNX model your function returned {got!r} without failing: "
         "it never opened a session on the model; create one and ask it"
     )
 
 
-def _fake_trace(path: Path, kernels: list[tuple[str, str, int]]) -> Path:
+@contextmanager
+def _session_failures():
+    """Collect the errors of every InferenceSession that fails to open while the block runs (what a try/except hides)."""
+    failures: list[str] = []  # the exception types
+    original = ort.InferenceSession._create_inference_session
+
+    def recorded(session, *args, **kwargs):
+        try:
+            return original(session, *args, **kwargs)
+        except Exception as error:
+            failures.append(type(error).__name__)
+            raise
+
+    ort.InferenceSession._create_inference_session = recorded
+    try:
+        yield failures
+    finally:
+        ort.InferenceSession._create_inference_session = original
+
+
+Kernel = tuple[str, str, int]  # (node, op type, microseconds)
+
+
+def _fake_trace(path: Path, runs: list[list[Kernel]]) -> Path:
+    """A profile laid out as ORT 1.31 writes it: per run, its kernel events, then SequentialExecutor::Execute and model_run."""
     events: list[dict] = [
         {"cat": "Session", "name": "model_loading_uri", "dur": 90_000, "ts": 0, "ph": "X", "args": {}},
-        {"cat": "Session", "name": "session_initialization", "dur": 50_000, "ts": 1, "ph": "X", "args": {}},
+        {"cat": "Session", "name": "session_initialization", "dur": 50_000, "ts": 100, "ph": "X", "args": {}},
     ]
-    for index, (node, op, dur) in enumerate(kernels):
+    clock = 60_000
+    for kernels in runs:
+        run_start = clock
+        for node, op, dur in kernels:
+            clock += 2
+            args = {"op_name": op, "provider": "CPUExecutionProvider"}
+            events.append({"cat": "Node", "name": f"{node}_kernel_time", "dur": dur, "ts": clock, "ph": "X", "args": args})
+            clock += dur
+        length = clock - run_start + 4
         events.append(
-            {
-                "cat": "Node",
-                "name": f"{node}_kernel_time",
-                "dur": dur,
-                "ts": 10 + index,
-                "ph": "X",
-                "args": {"op_name": op, "provider": "CPUExecutionProvider"},
-            }
+            {"cat": "Session", "name": "SequentialExecutor::Execute", "dur": length - 2, "ts": run_start + 1, "ph": "X", "args": {}}
         )
-        events.append({"cat": "Session", "name": "SequentialExecutor::Execute", "dur": dur + 5, "ts": 10 + index, "ph": "X", "args": {}})
+        events.append({"cat": "Session", "name": "model_run", "dur": length, "ts": run_start, "ph": "X", "args": {}})
+        clock += 100
     path.write_text(json.dumps(events), encoding="utf-8")
     return path
 
 
-def _shuffled(kernels: list[tuple[str, str, int]], seed: int) -> list[tuple[str, str, int]]:
-    """One run's kernels in a fixed shuffled order (the seeds below put an op that is no typical answer first and last)."""
-    order = list(kernels)
-    random.Random(seed).shuffle(order)
-    return order
+def _run(nodes: list[tuple[str, str]], durations: list[int], seed: int) -> list[Kernel]:
+    """One run's kernels in a fixed shuffled order (the seeds put an op that is no typical answer first and last)."""
+    kernels = [(node, op, dur) for (node, op), dur in zip(nodes, durations, strict=True)]
+    random.Random(seed).shuffle(kernels)
+    return kernels
 
 
-# (node, op type, microseconds) per run. Over all runs Conv has the largest *total*. Every shortcut picks
-# another op: the first run alone (a cold run) and the longest single call times the number of calls pick
-# Transpose; the last run alone (a dict keyed by node keeps only each node's last duration), every run but
-# the first, the largest per-node total and the mean or median call pick MatMul; Relu has the most calls,
-# Reshape the smallest total. The first and the last kernel event are Add (A), Relu and Softmax (B).
-# Session events are far longer than any kernel.
+# The answer is the op type with the largest median per run: add up each op's kernel time within a run, then take its
+# median over the runs (five runs; D has seven). In A, Conv (two nodes of 30 us) leads every warm run; the cold first run
+# (Transpose 300 us) and a run the OS interrupted in MatMul (400 us) decide every sum, and MatMul's single node has the
+# longest median call. In B the last run is interrupted in Softmax and Gemm has one fast run, so the last run alone and
+# the fastest run per op pick Softmax. _shortcuts lists what each typical wrong computation answers; the tests prove that
+# each one misses in some trace. In every trace the run of median length leads with the answer.
 _NODES_A = [
     ("conv_1", "Conv"),
     ("relu_1", "Relu"),
@@ -242,44 +278,56 @@ _NODES_A = [
     ("transpose", "Transpose"),
     ("reshape", "Reshape"),
 ]
-
-
-def _run(nodes: list[tuple[str, str]], durations: list[int]) -> list[tuple[str, str, int]]:
-    return [(node, op, dur) for (node, op), dur in zip(nodes, durations, strict=True)]
-
-
 _TRACE_A = [
-    *_shuffled(_run(_NODES_A, [60, 9, 60, 8, 7, 30, 4, 150, 1]), seed=12),
-    *_shuffled(_run(_NODES_A, [20, 9, 20, 8, 7, 70, 4, 5, 1]), seed=5),
-    *_shuffled(_run(_NODES_A, [20, 9, 20, 8, 7, 80, 4, 5, 1]), seed=0),
+    _run(_NODES_A, [40, 9, 40, 8, 7, 50, 4, 300, 1], seed=12),  # cold
+    _run(_NODES_A, [30, 9, 30, 8, 7, 50, 4, 5, 1], seed=5),
+    _run(_NODES_A, [30, 9, 30, 8, 7, 400, 4, 5, 1], seed=0),  # interrupted in MatMul
+    _run(_NODES_A, [31, 9, 30, 8, 7, 52, 4, 5, 1], seed=3),
+    _run(_NODES_A, [30, 9, 29, 8, 7, 50, 4, 5, 1], seed=24),
 ]
 _NODES_B = [("gemm", "Gemm"), ("relu", "Relu"), ("relu_b", "Relu"), ("relu_c", "Relu"), ("softmax", "Softmax")]
-_TRACE_B = [*_shuffled(_run(_NODES_B, [300, 30, 30, 30, 40]), seed=37), *_shuffled(_run(_NODES_B, [100, 30, 30, 30, 150]), seed=37)]
+_TRACE_B = [
+    _run(_NODES_B, [300, 10, 10, 10, 60], seed=37),  # cold
+    _run(_NODES_B, [100, 10, 10, 10, 60], seed=37),
+    _run(_NODES_B, [110, 10, 10, 10, 60], seed=37),
+    _run(_NODES_B, [30, 10, 10, 10, 61], seed=37),  # Gemm's fast run
+    _run(_NODES_B, [100, 10, 10, 10, 500], seed=37),  # interrupted in Softmax
+]
+
+# C tells apart what A and B confuse: a cold first run in Conv decides the total over all runs, a run interrupted in Add
+# the total of the other runs and the slowest run; MatMul leads every run but its fast one, Mul leads the fastest runs.
+_NODES_C = [
+    ("matmul", "MatMul"),
+    ("conv_1", "Conv"),
+    ("conv_2", "Conv"),
+    ("add", "Add"),
+    ("mul_1", "Mul"),
+    ("mul_2", "Mul"),
+    ("mul_3", "Mul"),
+]
+_TRACE_C = [
+    _run(_NODES_C, [60, 435, 435, 10, 15, 15, 15], seed=1),  # cold in Conv
+    _run(_NODES_C, [60, 10, 10, 10, 15, 15, 15], seed=1),
+    _run(_NODES_C, [60, 10, 10, 900, 15, 15, 15], seed=1),  # interrupted in Add
+    _run(_NODES_C, [25, 10, 10, 10, 15, 15, 15], seed=1),  # MatMul's fast run
+    _run(_NODES_C, [60, 10, 10, 10, 15, 15, 15], seed=1),
+]
+
+# D tells the slowest run apart from sums and single calls: Relu's two nodes share one interrupted run (the slowest run),
+# Sigmoid's single node is slow in two runs (the longest call, the largest total, the largest mean call).
+_NODES_D = [("gemm", "Gemm"), ("relu_1", "Relu"), ("relu_2", "Relu"), ("sigmoid", "Sigmoid")]
+_TRACE_D = [
+    _run(_NODES_D, [50, 5, 5, 5], seed=2),
+    _run(_NODES_D, [50, 5, 5, 200], seed=2),
+    _run(_NODES_D, [50, 150, 150, 5], seed=2),  # interrupted in both Relu nodes
+    _run(_NODES_D, [50, 5, 5, 5], seed=2),
+    _run(_NODES_D, [50, 5, 5, 200], seed=2),
+    _run(_NODES_D, [50, 5, 5, 5], seed=2),
+    _run(_NODES_D, [50, 5, 5, 5], seed=2),
+]
 
 
-def _shortcuts(kernels: list[tuple[str, str, int]]) -> dict[str, str]:
-    """What each typical wrong computation answers for one trace: {description of the computation: op type}."""
-    calls: dict[str, list[int]] = {}
-    per_node: dict[str, tuple[str, int]] = {}
-    last_per_node: dict[str, tuple[str, int]] = {}
-    runs: list[list[tuple[str, str, int]]] = []
-    for node, op, dur in kernels:
-        calls.setdefault(op, []).append(dur)
-        per_node[node] = (op, per_node.get(node, (op, 0))[1] + dur)
-        last_per_node[node] = (op, dur)
-        if not runs or any(node == seen for seen, _, _ in runs[-1]):
-            runs.append([])
-        runs[-1].append((node, op, dur))
-    sums = {"the first run alone": _op_totals(runs[0]), "every run but the first": _op_totals([k for run in runs[1:] for k in run])}
-    sums["the last duration of each node (a dict keyed by node name)"] = _op_totals([(n, op, d) for n, (op, d) in last_per_node.items()])
-    sums["the longest single call times the number of calls"] = {op: max(d) * len(d) for op, d in calls.items()}
-    sums["the longest single call"] = {op: max(d) for op, d in calls.items()}
-    sums["the mean call"] = {op: sum(d) / len(d) for op, d in calls.items()}
-    sums["the node with the largest total"] = {op: d for op, d in per_node.values()}
-    return {what: max(values, key=values.get) for what, values in sums.items()}
-
-
-def _op_totals(kernels: list[tuple[str, str, int]]) -> dict[str, int]:
+def _op_totals(kernels: list[Kernel]) -> dict[str, int]:
     """Kernel time per op type."""
     totals: dict[str, int] = {}
     for _, op, dur in kernels:
@@ -287,45 +335,95 @@ def _op_totals(kernels: list[tuple[str, str, int]]) -> dict[str, int]:
     return totals
 
 
-def _most_called(kernels: list[tuple[str, str, int]]) -> str:
-    counts = _op_totals([(node, op, 1) for node, op, _ in kernels])
-    return max(counts, key=counts.get)
+def _largest(values: dict[str, float]) -> str:
+    return max(values, key=values.get)
+
+
+def _per_run(runs: list[list[Kernel]], key=lambda node, op: op) -> dict[str, list[int]]:
+    """{op type (or what ``key`` gives): its kernel time in each run}."""
+    times: dict[str, list[int]] = {}
+    for number, kernels in enumerate(runs):
+        for node, op, dur in kernels:
+            times.setdefault(key(node, op), [0] * len(runs))[number] += dur
+    return times
+
+
+def _slowest_by_median_run(runs: list[list[Kernel]]) -> str:
+    """The truth of exercise 2: the op type with the largest median (over the runs) of its kernel time per run."""
+    return _largest({op: statistics.median(times) for op, times in _per_run(runs).items()})
+
+
+def _shortcuts(runs: list[list[Kernel]]) -> dict[str, str]:
+    """What each typical wrong computation answers for one trace: {description of the computation: op type}."""
+    kernels = [kernel for run in runs for kernel in run]
+    calls: dict[str, list[int]] = {}
+    for _, op, dur in kernels:
+        calls.setdefault(op, []).append(dur)
+    per_run, per_node = _per_run(runs), _per_run(runs, key=lambda node, op: (node, op))
+    answers = {
+        "the total over all runs": _largest(_op_totals(kernels)),
+        "the total of every run but the first": _largest(_op_totals([k for run in runs[1:] for k in run])),
+        "the first run alone": _largest(_op_totals(runs[0])),
+        "the last run alone": _largest(_op_totals(runs[-1])),
+        "the longest single call": _largest({op: max(durs) for op, durs in calls.items()}),
+        "the mean call": _largest({op: sum(d) / len(d) for op, d in calls.items()}),
+        "the median single call (not the op's time per run)": _largest({op: statistics.median(d) for op, d in calls.items()}),
+        "each op's slowest run": _largest({op: max(times) for op, times in per_run.items()}),
+        "each op's fastest run": _largest({op: min(times) for op, times in per_run.items()}),
+        "the node with the largest median (not the op type's, which adds up its nodes)": _largest(
+            {key: statistics.median(times) for key, times in per_node.items()}
+        )[1],
+    }
+    return answers
+
+
+_MEDIAN_PER_RUN = (
+    "a cold first run and a run the OS interrupted weigh fully in a sum or an extreme: per run, add up each op type's 'dur' "
+    "(a model_run event spans each run), then take each op type's median over the runs"
+)
 
 
 def _check_slowest(slowest_op) -> str:
     if not callable(slowest_op):
         raise Incorrect(f"expected a function profile_path -> operator type, got {type(slowest_op).__name__}")
+    traces = (_TRACE_A, _TRACE_B, _TRACE_C, _TRACE_D)
     with tempfile.TemporaryDirectory() as folder:
-        for name, kernels, truth in (("a", _TRACE_A, "Conv"), ("b", _TRACE_B, "Gemm")):
-            path = _fake_trace(Path(folder) / f"profile_{name}.json", kernels)
-            got = slowest_op(str(path))
-            if got in ("model_loading_uri", "session_initialization", "SequentialExecutor::Execute"):
-                raise Incorrect(f"{got!r} is a session event, not an operator: keep only events with cat == 'Node'")
-            if isinstance(got, str) and got.endswith("_kernel_time"):
-                raise Incorrect(f"{got!r} is one node's event name; return the operator type (args['op_name'])")
-            if got == truth:
-                continue
-            totals = _op_totals(kernels)
-            shortcuts = [what for what, op in _shortcuts(kernels).items() if op == got]
-            if shortcuts:
-                raise Incorrect(
-                    f"{got!r} is what {' or '.join(shortcuts)} gives, but the profile holds every run and {truth} "
-                    "has the largest total: add up every kernel event's 'dur' per op type, first run included"
-                )
-            if got == min(totals, key=totals.get):
-                raise Incorrect(f"{got!r} has the smallest total kernel time; the slowest operator has the largest")
-            if got == _most_called(kernels):
-                raise Incorrect(
-                    f"{got!r} has the most kernel events, and counting events or adding up their start times ('ts') "
-                    "favours the op that runs most often: sum the durations ('dur') per op type"
-                )
-            if got in (kernels[0][1], kernels[-1][1]):
-                raise Incorrect(
-                    f"{got!r} is the op of the first or last kernel event; events come in execution order: "
-                    "sum the durations ('dur') per op type"
-                )
-            raise Incorrect(f"in a test profile the operator type with the largest total time is {truth}, you returned {got!r}")
-    return "you summed kernel time per operator type, as labsupport.onnxutil.profiling.Profile.hottest_op() does"
+        answers = [slowest_op(str(_fake_trace(Path(folder) / f"profile_{n}.json", runs))) for n, runs in enumerate(traces)]
+    wrong = [(got, runs) for got, runs in zip(answers, traces, strict=True) if got != _slowest_by_median_run(runs)]
+    if wrong:
+        _diagnose_slowest(*wrong[0], [_shortcuts(runs) for runs in traces], answers)
+    return "you took each operator type's median time per run: cold and interrupted runs did not decide it"
+
+
+def _diagnose_slowest(got, runs: list[list[Kernel]], shortcuts: list[dict[str, str]], answers: list) -> None:
+    """Raise Incorrect naming the wrong computation that gives ``got`` on ``runs`` (and the learner's other answers)."""
+    kernels, truth = [kernel for run in runs for kernel in run], _slowest_by_median_run(runs)
+    if got in ("model_loading_uri", "session_initialization", "SequentialExecutor::Execute", "model_run"):
+        raise Incorrect(f"{got!r} is a session event, not an operator: keep only events with cat == 'Node'")
+    if isinstance(got, str) and got.endswith("_kernel_time"):
+        raise Incorrect(f"{got!r} is one node's event name; return the operator type (args['op_name'])")
+    explaining = [what for what in shortcuts[0] if all(trace[what] == answer for trace, answer in zip(shortcuts, answers, strict=True))]
+    if explaining:
+        raise Incorrect(
+            f"{got!r} is what {' or '.join(explaining[:3])} gives, but {truth} has the largest median per run: {_MEDIAN_PER_RUN}"
+        )
+    medians = {op: statistics.median(times) for op, times in _per_run(runs).items()}
+    if got == min(medians, key=medians.get):
+        raise Incorrect(f"{got!r} has the smallest median per run; the slowest operator has the largest")
+    if got == _most_called(kernels):
+        raise Incorrect(
+            f"{got!r} has the most kernel events, and counting events or adding up their start times ('ts') "
+            "favours the op that runs most often: add up the durations ('dur')"
+        )
+    if got in (kernels[0][1], kernels[-1][1]):
+        raise Incorrect(
+            f"{got!r} is the op of the first or last kernel event; events come in execution order: add up the durations ('dur')"
+        )
+    raise Incorrect(f"in a test profile the operator type with the largest median per run is {truth}, you returned {got!r}")
+
+
+def _most_called(kernels: list[Kernel]) -> str:
+    return _largest(_op_totals([(node, op, 1) for node, op, _ in kernels]))
 
 
 def _check_no_fallback(options) -> str:
@@ -382,7 +480,12 @@ q1 = Exercise(
     "which provider does the session really put first?",
     _check_used_provider,
     hint="Create ort.InferenceSession(model_path, providers=providers) and ask it: session.get_providers()[0] "
-    "is the provider that gets first pick of the nodes. The list you passed in is only a wish.",
+    "is the provider that gets first pick of the nodes. The list you passed in is only a wish. The checker's lists start "
+    "with a provider unavailable here, end with one the session does not put first, start with an available provider "
+    "that is not the CPU's (the AzureExecutionProvider of the PyPI builds) or put that one behind an unavailable one; "
+    "some entries are (name, options) pairs. It also makes get_available_providers() list a provider that cannot start "
+    "(as a GPU build does without its libraries), and gives your function a file that is not a model: ORT's error must "
+    "reach the caller.",
     solution_code="""
         import onnxruntime as ort
 
@@ -396,20 +499,24 @@ q2 = Exercise(
     2,
     "find the slowest operator in a profile",
     _check_slowest,
-    hint="json.load the file; keep events with cat == 'Node' whose name ends in '_kernel_time'; add up "
-    "event['dur'] per event['args']['op_name']; return the op type with the largest sum.",
+    hint="json.load the file. Each event with name 'model_run' spans one run, from its 'ts' to 'ts' + 'dur'; the kernels are "
+    "the events with cat == 'Node' whose name ends in '_kernel_time'. For each run, add up event['dur'] per "
+    "event['args']['op_name']; then take each op type's median over the runs (statistics.median) and return the largest.",
     solution_code="""
         import json
-        from collections import Counter
+        import statistics
 
         def answer(profile_path):
             with open(profile_path) as f:
                 events = json.load(f)
-            totals = Counter()
+            runs = [e for e in events if e["name"] == "model_run"]
+            times = {}  # op type -> its kernel time in each run
             for event in events:
                 if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
-                    totals[event["args"]["op_name"]] += event["dur"]
-            return totals.most_common(1)[0][0]
+                    run = next(i for i, r in enumerate(runs) if r["ts"] <= event["ts"] <= r["ts"] + r["dur"])
+                    per_run = times.setdefault(event["args"]["op_name"], [0] * len(runs))
+                    per_run[run] += event["dur"]
+            return max(times, key=lambda op: statistics.median(times[op]))
     """,
 )
 

@@ -31,18 +31,22 @@ def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
     return len(a) == len(b) and np.array_equal(_sorted_rows(a), _sorted_rows(b))
 
 
-def _fed_rows(reader, batch_size: int) -> np.ndarray:
-    """Every batch the reader hands out, checked for the MLP's input format, concatenated."""
+def _handed_out(reader) -> list:
+    """What get_next() returns until it returns None."""
     if not callable(getattr(reader, "get_next", None)):
         raise Incorrect(f"calling your class must give a reader with get_next(), got {type(reader).__name__}")
     batches = []
     for _ in range(MAX_BATCHES):
         item = reader.get_next()
         if item is None:
-            break
+            return batches
         batches.append(item)
-    else:
-        raise Incorrect(f"get_next() never returned None after {MAX_BATCHES} batches; it must return None when the split is used up")
+    raise Incorrect(f"get_next() never returned None after {MAX_BATCHES} batches; it must return None when the split is used up")
+
+
+def _fed_rows(reader, batch_size: int) -> np.ndarray:
+    """Every batch the reader hands out, checked for the MLP's input format, concatenated."""
+    batches = _handed_out(reader)
     if not batches:
         raise Incorrect("the first get_next() already returned None: the reader yields no data")
     for number, item in enumerate(batches):
@@ -100,16 +104,50 @@ def _check_reader_class(reader_class) -> str:
                 f"given the {name} split ({len(split)} images) in batches of {batch_size}, the reader fed {len(fed)} rows, "
                 "not each of its images exactly once (split.flat holds them as rows)"
             )
-    try:
-        reader_class(digits.calibration, 7)
-    except ValueError:
-        pass
-    else:
-        raise Incorrect(
-            "MlpReader(calibration, 7) must raise ValueError: 180 images do not split into equal batches of 7, "
-            "and the histogram calibrators fail on a ragged last batch"
-        )
+    _check_readers_made_together(reader_class, digits)
+    _check_ragged_refused(reader_class, digits)
     return "flat float32 rows under 'pixels', every image of the given split once, in equal batches"
+
+
+def _check_readers_made_together(reader_class, digits) -> None:
+    """Two readers made before either is drained feed their own splits (a notebook makes the test reader next to the other)."""
+    calibration = reader_class(digits.calibration, 60)
+    reader_class(digits.test, 20)
+    batches = [np.asarray(item[MLP_INPUT]) for item in _handed_out(calibration)]  # their format passed the checks above
+    fed = np.concatenate(batches) if batches else np.empty((0, 64), np.float32)
+    if not _same_rows(fed, digits.calibration.flat):
+        test_rows = {row.tobytes() for row in digits.test.flat}
+        mixed = sum(row.tobytes() in test_rows for row in fed)
+        raise Incorrect(
+            f"MlpReader(calibration split, 60), made just before MlpReader(test split, 20), fed {len(fed)} rows, {mixed} of "
+            "them test images: your readers share their batches (a class attribute or a global), so making a second reader "
+            "changes the first and calibration sees the test split. Keep the batches on the instance: assign them to self in __init__"
+        )
+
+
+def _check_ragged_refused(reader_class, digits) -> None:
+    """The constructor refuses a batch size that does not divide the split; raising later, in get_next, is too late."""
+    try:
+        reader = reader_class(digits.calibration, 7)
+    except ValueError:
+        return
+    except Exception as error:
+        raise Incorrect(
+            f"MlpReader(calibration, 7) raised {type(error).__name__}; raise ValueError when batch_size does not divide the split"
+        ) from None
+    handed_out = 0
+    try:
+        while reader.get_next() is not None and handed_out < MAX_BATCHES:
+            handed_out += 1
+    except ValueError:
+        raise Incorrect(
+            f"MlpReader(calibration, 7) raised ValueError only in get_next(), after handing out {handed_out} batches: raise it "
+            "in __init__, so a wrong batch size fails where the reader is made, before quantize_static runs the model on any batch"
+        ) from None
+    raise Incorrect(
+        "MlpReader(calibration, 7) must raise ValueError: 180 images do not split into equal batches of 7, "
+        "and the histogram calibrators fail on a ragged last batch"
+    )
 
 
 # ------------------------------------------------------------------ exercise 2: exclude the sensitive node
@@ -185,6 +223,35 @@ def _quantized_weights(model) -> list[tuple[int, np.ndarray]]:
     return weights
 
 
+def _gemm_names() -> list[str]:
+    import onnx
+
+    return [node.name for node in onnx.load(mlp_preprocessed()).graph.node if node.op_type == "Gemm"]
+
+
+def _check_eight_bits(model) -> None:
+    """Activations and weights are stored in 8 bits (INT8 or UINT8), the exercise's static INT8."""
+    from onnx import TensorProto
+
+    types = {t.name: t.data_type for t in model.graph.initializer}
+    eight_bits = (TensorProto.INT8, TensorProto.UINT8)
+    for node in model.graph.node:
+        if node.op_type != "QuantizeLinear" or node.input[0] in types or len(node.input) < 3 or node.input[2] not in types:
+            continue
+        if types[node.input[2]] not in eight_bits:
+            kind = TensorProto.DataType.Name(types[node.input[2]])
+            raise Incorrect(
+                f"the activations are quantized to {kind} (the zero point of {node.input[0]!r} is {kind}): this exercise is static "
+                "INT8, keep activation_type=QuantType.QInt8 or QUInt8"
+            )
+    for node in model.graph.node:  # biases are INT32 in every QDQ model
+        if node.op_type == "DequantizeLinear" and types.get(node.input[0], TensorProto.INT8) not in (*eight_bits, TensorProto.INT32):
+            kind = TensorProto.DataType.Name(types[node.input[0]])
+            raise Incorrect(
+                f"the weight {node.input[0]!r} is stored as {kind}: this exercise is static INT8, keep weight_type=QuantType.QInt8"
+            )
+
+
 def _check_model(model) -> str:
     """The single node the quantized MLP leaves in FP32, once the file is shown to be the exercise's QDQ model."""
     ops = {node.op_type for node in model.graph.node}
@@ -198,6 +265,7 @@ def _check_model(model) -> str:
         raise Incorrect("the file at dst has no QuantizeLinear/DequantizeLinear nodes: quantize it with quantize_static (QDQ format)")
     if "Gemm" not in ops:
         raise Incorrect("the file has no Gemm layer: quantize the model quantize_mlp is given at src (the pre-processed MLP)")
+    _check_eight_bits(model)
     weights = _quantized_weights(model)
     if weights and all(scale.size == 1 for _, scale in weights):
         raise Incorrect("every weight has a single scale: quantize per channel (per_channel=True), as the exercise asks")
@@ -207,7 +275,11 @@ def _check_model(model) -> str:
         )
     excluded = float_compute_nodes(model)
     if not excluded:
-        raise Incorrect("every layer is quantized: leave one node in FP32 with nodes_to_exclude=[its name]")
+        raise Incorrect(
+            "every layer is quantized: leave one node in FP32 with nodes_to_exclude=[its name]. quantize_static silently "
+            "ignores names it does not find in the graph at src: the pre-processed MLP names its Gemms "
+            f"{', '.join(_gemm_names())} (the exported MLP's names are gone after pre-processing)"
+        )
     if len(excluded) > 1:
         raise Incorrect(f"{len(excluded)} layers stay in FP32 ({', '.join(excluded)}); exclude a single node: find the one that matters")
     expected = dict(_broken_scales())
@@ -249,22 +321,40 @@ def _check_quantize_function(quantize_mlp) -> str:
 # ------------------------------------------------------------------ exercise 3: LLM memory
 
 
+PARAMETERS = 13e9  # exercise 3: a 13B model at INT4, blocks of 32 weights with one FP16 scale each
+# bits per weight of the usual wrong computations, and what each one counted
+_INT4_MISTAKES = (
+    (4, "that counts 4 bits per weight only; every block of 32 weights also stores a 16-bit scale"),
+    (
+        4 + 32 / 32,
+        "that is 5 bits per weight: 32 bits per block of 32 on top of the 4-bit weights, which is a 32-bit (FP32) scale, "
+        "or an FP16 scale plus an FP16 zero point; the question's blocks store one FP16 scale and nothing else",
+    ),
+    (4 + 16 / 32 + 4 / 32, "that also counts a 4-bit zero point per block; the question's blocks store one FP16 scale and nothing else"),
+    (4 + 16 / 32 + 8 / 32, "that also counts an 8-bit zero point per block; the question's blocks store one FP16 scale and nothing else"),
+    (4 + 2 / 32, "that counts the FP16 scale as 2 bits per block: it takes 2 bytes, 16 bits"),
+    (4 + 16 / 64, "that spreads the 16-bit scale over 64 weights; a block holds 32"),
+    (8, "that is INT8, 8 bits per weight; the question is INT4"),
+    (16, "that is the FP16 model, 16 bits per weight; the question is INT4"),
+    (32, "that is the FP32 model, 32 bits per weight; the question is INT4"),
+)
+
+
 def _check_int4_gb(value) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise Incorrect(f"expected a number of GB, got {type(value).__name__}")
     value = float(value)
-    truth = 13e9 * (4 + 16 / 32) / 8 / 1e9
-    if abs(value - 13e9 * 4 / 8 / 1e9) < 0.05:
-        raise Incorrect("that counts 4 bits per weight only; every block of 32 weights also stores a 16-bit scale")
-    if abs(value - 13e9 * (4 + 32 / 32) / 8 / 1e9) < 0.05:
-        raise Incorrect(
-            "that counts a 32-bit scale per block (5 bits per weight), as the INT4 file of section 12 stores for an FP32 model; "
-            "the question's scales are FP16: 16 bits per block of 32"
-        )
+    truth = PARAMETERS * (4 + 16 / 32) / 8 / 1e9
+    for bits, mistake in _INT4_MISTAKES:
+        if abs(value - PARAMETERS * bits / 8 / 1e9) < 0.05:
+            raise Incorrect(mistake)
     if abs(value - truth * 1e9 / 2**30) < 0.05:
         raise Incorrect("that is GiB (2**30 bytes); the question asks for GB (1e9 bytes)")
-    if abs(value / 1e9 - truth) < 0.05:
-        raise Incorrect(f"{value:.4g} looks like bytes; the question asks for GB: divide by 1e9")
+    if abs(value - truth * 8) < 0.05:
+        raise Incorrect(f"{value:.4g} is gigabits (bits per weight x parameters / 1e9); divide by 8 for bytes")
+    for unit, factor, divisor in (("bytes", 1e9, "1e9"), ("MB", 1e3, "1000")):
+        if abs(value / factor - truth) < 0.05:
+            raise Incorrect(f"{value:.4g} looks like {unit}; the question asks for GB: divide by {divisor}")
     if abs(value - truth) > 0.05:
         raise Incorrect(f"{value:.2f} GB is not it: bits per weight x parameters / 8 gives bytes")
     return f"{truth:.2f} GB: 4.5 bits per weight"
@@ -276,7 +366,7 @@ q1 = Exercise(
     _check_reader_class,
     hint=(
         "The MLP reads 'pixels', rows of 64 floats: split.flat holds them. In __init__(self, split, batch_size) "
-        "raise ValueError when len(split.flat) % batch_size != 0, then keep an iterator over "
+        "raise ValueError when len(split.flat) % batch_size != 0, then keep on self (not on the class) an iterator over "
         "[{'pixels': rows[i:i + batch_size]} ...]; get_next() returns next(iterator, None)."
     ),
     solution_code="""
@@ -304,7 +394,8 @@ q2 = Exercise(
         "Inside quantize_mlp(src, dst) call quantize_static(src, dst, quant.reader_for(src), per_channel=True, "
         "reduce_range=True, calibrate_method=CalibrationMethod.Percentile, extra_options={'CalibPercentile': 80.0}, "
         "nodes_to_exclude=[name]). To find the name, make a version that takes the node as a third argument, run it "
-        "for each Gemm of onnx.load(mlp_pre).graph.node, and measure quant.accuracy of each result."
+        "for each Gemm of onnx.load(mlp_pre).graph.node (the names in src: quantize_static silently ignores others), "
+        "and measure quant.accuracy of each result."
     ),
     solution_code="""
         from onnxruntime.quantization import CalibrationMethod, quantize_static

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from typing import ClassVar
 
 import numpy as np
 import onnx
@@ -94,6 +95,77 @@ def test_q1_rejects_typical_wrong_readers(wrong, reason):
     assert reason in outcome.message, outcome.message
 
 
+def _batches(split, batch_size):
+    rows = split.flat
+    if len(rows) % batch_size:
+        raise ValueError("ragged")
+    return [{"pixels": rows[i : i + batch_size]} for i in range(0, len(rows), batch_size)]
+
+
+class SharedList(CalibrationDataReader):
+    """Batches on a class-level list every instance shares (review 4): a second reader adds its split to the first's."""
+
+    batches: ClassVar[list] = []  # the mistake under test
+
+    def __init__(self, split, batch_size):
+        SharedList.batches.extend(_batches(split, batch_size))
+
+    def get_next(self):
+        return SharedList.batches.pop(0) if SharedList.batches else None
+
+
+class ClassIterator(CalibrationDataReader):
+    """The iterator on the class: each new reader replaces the one the earlier readers read."""
+
+    def __init__(self, split, batch_size):
+        ClassIterator.batches = iter(_batches(split, batch_size))
+
+    def get_next(self):
+        return next(ClassIterator.batches, None)
+
+
+class LazyRefusal(CalibrationDataReader):
+    """Raises ValueError only when get_next reaches the ragged batch, after handing out the others."""
+
+    def __init__(self, split, batch_size):
+        self._rows, self._size, self._start = split.flat, batch_size, 0
+
+    def get_next(self):
+        if self._start >= len(self._rows):
+            return None
+        batch = self._rows[self._start : self._start + self._size]
+        self._start += self._size
+        if len(batch) != self._size:
+            raise ValueError("ragged")
+        return {"pixels": batch}
+
+
+class AssertingReader(CalibrationDataReader):
+    """Refuses a ragged split with assert (AssertionError), not ValueError."""
+
+    def __init__(self, split, batch_size):
+        assert len(split.flat) % batch_size == 0
+        self._batches = iter([{"pixels": split.flat[i : i + batch_size]} for i in range(0, len(split.flat), batch_size)])
+
+    def get_next(self):
+        return next(self._batches, None)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (SharedList, "your readers share their batches"),
+        (ClassIterator, "your readers share their batches"),
+        (LazyRefusal, "only in get_next()"),
+        (AssertingReader, "raised AssertionError"),
+    ],
+)
+def test_q1_rejects_shared_batches_and_a_late_or_wrong_refusal(wrong, reason):
+    outcome = q1.evaluate(wrong)
+    assert outcome.status == INCORRECT
+    assert reason in outcome.message, outcome.message
+
+
 # ------------------------------------------------------------------ exercise 2
 
 
@@ -175,14 +247,95 @@ def test_q2_rejects_typical_wrong_answers(wrong, reason):
     assert reason in outcome.message, outcome.message
 
 
+def quantizer_with_types(activation_type=QuantType.QInt8, weight_type=QuantType.QInt8):
+    """The reference choices, with the element types of the activations and weights given."""
+
+    def quantize_mlp(src, dst):
+        quantize_static(
+            src,
+            dst,
+            quant.reader_for(src),
+            per_channel=True,
+            reduce_range=True,
+            calibrate_method=CalibrationMethod.Percentile,
+            extra_options={"CalibPercentile": BROKEN_PERCENTILE},
+            nodes_to_exclude=["node_matmul/MatMulAddFusion"],
+            activation_type=activation_type,
+            weight_type=weight_type,
+        )
+
+    return quantize_mlp
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (quantizer_with_types(activation_type=QuantType.QInt16), "activations are quantized to INT16"),  # review 4: not "ranges"
+        (quantizer_with_types(activation_type=QuantType.QUInt16), "activations are quantized to UINT16"),
+        (quantizer_with_types(weight_type=QuantType.QInt16), "stored as INT16"),
+        (quantizer_with_types(weight_type=QuantType.QInt4), "stored as INT4"),
+    ],
+)
+def test_q2_names_element_types_that_are_not_eight_bits(wrong, reason):
+    outcome = q2.evaluate(wrong)
+    assert outcome.status == INCORRECT
+    assert reason in outcome.message and "Percentile calibration" not in outcome.message, outcome.message
+
+
+def test_q2_says_that_names_absent_from_the_graph_are_ignored_and_names_the_gemms():
+    outcome = q2.evaluate(quantizer(nodes=["node_matmul"]))  # the exported MLP's name: quantize_static ignores it (review 4)
+    assert outcome.status == INCORRECT
+    assert "silently ignores" in outcome.message and all(name in outcome.message for name in gemm_names()), outcome.message
+
+
+def test_q2_accepts_quantizing_only_the_other_gemms():
+    def only_the_others(src, dst):
+        others = [name for name in gemm_names() if name != "node_matmul/MatMulAddFusion"]
+        quantize_static(
+            src,
+            dst,
+            quant.reader_for(src),
+            per_channel=True,
+            reduce_range=True,
+            calibrate_method=CalibrationMethod.Percentile,
+            extra_options={"CalibPercentile": BROKEN_PERCENTILE},
+            nodes_to_quantize=others,
+        )
+
+    outcome = q2.evaluate(only_the_others)
+    assert outcome.status == CORRECT, outcome.message
+
+
 # ------------------------------------------------------------------ exercise 3
 
 
 def test_q3_rejects_common_mistakes():
     assert "16-bit scale" in q3.evaluate(6.5).message  # 4 bits only
-    assert "32-bit scale" in q3.evaluate(8.125).message  # FP32 scales, as the course's own INT4 file of an FP32 model
+    fp32_scale = q3.evaluate(8.125).message  # FP32 scales, as the course's own INT4 file of an FP32 model, or FP16 scale + zero point
+    assert "32-bit (FP32) scale" in fp32_scale and "FP16 zero point" in fp32_scale  # review 4: both computations give 8.125
     assert "GiB" in q3.evaluate(13e9 * 4.5 / 8 / 2**30).message
     assert "looks like bytes" in q3.evaluate(7.3125e9).message
     assert q3.evaluate(26.0).status == INCORRECT  # FP16
     assert q3.evaluate("7.3").status == INCORRECT
     assert q3.evaluate(7.31).status == CORRECT
+
+
+@pytest.mark.parametrize(
+    ("bits", "says"),
+    [
+        (4 + 16 / 32 + 4 / 32, "4-bit zero point"),  # review 4: was the generic message
+        (4 + 16 / 32 + 8 / 32, "8-bit zero point"),
+        (4 + 2 / 32, "2 bytes, 16 bits"),  # the scale's bytes counted as bits
+        (4 + 16 / 64, "a block holds 32"),
+        (8, "INT8"),
+    ],
+)
+def test_q3_names_each_wrong_computation(bits, says):
+    outcome = q3.evaluate(13e9 * bits / 8 / 1e9)
+    assert outcome.status == INCORRECT and says in outcome.message, outcome.message
+
+
+@pytest.mark.parametrize(("value", "says"), [(58.5, "gigabits"), (7312.5, "looks like MB"), (52.0, "FP32 model")])
+def test_q3_names_wrong_units(value, says):
+    outcome = q3.evaluate(value)
+    assert outcome.status == INCORRECT and says in outcome.message, outcome.message

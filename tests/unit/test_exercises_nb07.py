@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -238,3 +240,100 @@ def test_q1_says_that_an_output_needs_a_shape():
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, None))
     outcome = q1.evaluate(model)
     assert outcome.status == INCORRECT and "have no shape" in outcome.message, outcome.message
+
+
+def _command_line_saver(level):
+    """ORT's own tool in another process: no session of this process sees the level (review 4)."""
+
+    def save(source, target):
+        tool = [sys.executable, "-m", "onnxruntime.tools.optimize_onnx_model", "--opt_level", level, str(source), str(target)]
+        subprocess.run(tool, check=True, capture_output=True)
+        return target
+
+    return save
+
+
+def _all_adds_ops_here():
+    model = conv_bn_relu_model(blocks=2, channels=4, size=8)
+    with tempfile.TemporaryDirectory() as folder:
+        source, target = Path(folder) / "m.onnx", Path(folder) / "all.onnx"
+        onnx.save(model, source)
+        _command_line_saver("all")(source, target)
+        return set(op_counts(target)) != set(op_counts(optimize_to_file(model, "extended", Path(folder) / "ext.onnx")))
+
+
+def test_q3_rejects_a_file_saved_at_all_by_another_process():
+    if not _all_adds_ops_here():
+        pytest.skip("ALL adds nothing to this model on this CPU: its file is the EXTENDED one")
+    outcome = q3.evaluate(_command_line_saver("all"))
+    assert outcome.status == INCORRECT and "only LAYOUT and ALL produce" in outcome.message, outcome.message
+
+
+def test_q3_accepts_a_file_saved_at_extended_by_another_process():
+    outcome = q3.evaluate(_command_line_saver("extended"))
+    assert outcome.status == CORRECT, outcome.message
+
+
+@pytest.mark.skipif(os.environ.get(ENV_VARIABLE) == "no-layout", reason="this lane opens every ALL session at EXTENDED")
+def test_q3_judges_orts_optimize_model_in_this_process_by_its_level():
+    from onnxruntime.tools.onnx_model_utils import optimize_model
+
+    def library(level):
+        return lambda source, target: optimize_model(Path(source), Path(target), level) or target
+
+    outcome = q3.evaluate(library(ort.GraphOptimizationLevel.ORT_ENABLE_ALL))
+    assert outcome.status == INCORRECT and "tied to this CPU" in outcome.message, outcome.message
+    assert q3.evaluate(library(ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)).status == CORRECT
+
+
+def test_q3_layout_ops_come_from_what_all_adds_on_this_cpu(monkeypatch):
+    """The rule follows what ALL adds on the CPU that runs the checker, not a list of NCHWc op names."""
+    from labsupport.exercises import nb07
+
+    monkeypatch.setattr(nb07, "_layout_only_ops", lambda model, folder: {"com.microsoft:FusedConv"})  # pretend ALL added it
+    outcome = q3.evaluate(_command_line_saver("extended"))
+    assert outcome.status == INCORRECT and "com.microsoft:FusedConv" in outcome.message, outcome.message
+
+
+def test_q1_says_that_an_initializer_listed_as_an_input_is_not_folded():
+    model = _foldable(opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    model.graph.input.append(helper.make_tensor_value_info("W", TensorProto.FLOAT, [3, 4]))  # overridable: ORT folds nothing reading it
+    outcome = q1.evaluate(model)
+    assert outcome.status == INCORRECT and "W is an initializer and also a graph input" in outcome.message, outcome.message
+
+
+def test_q1_rejects_a_shape_branch_that_reads_the_input():
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),  # reads the input: not a constant, and its result feeds nothing
+        helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x", "half"], ["y"]),
+    ]
+    outcome = q1.evaluate(_model(nodes, [half]))
+    assert outcome.status == INCORRECT and "compute from the graph input" in outcome.message, outcome.message
+
+
+def _counted_at(fixed_level=None, signed=False):
+    """removed_ops that optimizes at ``fixed_level`` whatever it is asked, or reports added ops as negative counts."""
+
+    def answer(model, level):
+        with tempfile.TemporaryDirectory() as folder:
+            after = op_counts(optimize_to_file(model, fixed_level or level, Path(folder) / "o.onnx"))
+        before = op_counts(model)
+        return {op: before[op] - after[op] for op in before | after if before[op] > after[op] or (signed and before[op] != after[op])}
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("wrong", "says"),
+    [
+        (_counted_at(signed=True), "negative count"),
+        (_counted_at("basic"), "at level 'extended'"),
+        (_counted_at("extended"), "at level 'basic'"),
+    ],
+    ids=["added ops as negative counts", "always basic", "always extended"],
+)
+def test_q2_rejects_signed_counts_and_a_fixed_level(wrong, says):
+    outcome = q2.evaluate(wrong)
+    assert outcome.status == INCORRECT and says in outcome.message, outcome.message
