@@ -58,8 +58,17 @@ def _check_kv_cache(answer: object) -> str:
         ),
         (truth / Q1_BATCH, f"that is one sequence; the batch holds {Q1_BATCH}"),
         (truth * (Q1_BATCH + 1) / Q1_BATCH, f"that is {Q1_BATCH + 1} sequences; the batch holds {Q1_BATCH}"),
+        (
+            truth * gqa_factor / 2,
+            f"that uses the {Q1_QUERY_HEADS} query heads and 2-byte values; cache the {Q1_KV_HEADS} key/value heads, "
+            f"at {Q1_BYTES} bytes per FP32 value",
+        ),
+        (truth * 4000 / Q1_TOKENS, f"that counts 4,000 tokens; each sequence holds {Q1_TOKENS:,} (4K = 2**12)"),
+        (truth * 8, "that is bits; the question asks for bytes"),
         (truth / 2**30, "answer in bytes, not gigabytes"),
         (truth / 1e9, "answer in bytes, not gigabytes"),
+        (truth / 2**20, "answer in bytes, not MiB"),
+        (truth / 1e6, "answer in bytes, not megabytes"),
     ]
     for wrong, reason in diagnoses:
         if _close(value, wrong):

@@ -50,9 +50,10 @@ class _RecordingSession:
         return getattr(self._session, name)
 
     def run(self, output_names: list[str] | None, input_feed: dict[str, object], *args: object, **kwargs: object) -> list:
-        outputs = self._session.run(output_names, input_feed, *args, **kwargs)
         pasts = {name: np.asarray(value) for name, value in input_feed.items() if name.startswith(PAST_PREFIX)}
-        past_length = next(iter(pasts.values())).shape[2] if pasts else 0
+        past_length = next(iter(pasts.values())).shape[2] if pasts and next(iter(pasts.values())).ndim == 4 else 0
+        _check_feeds(self._session, input_feed, pasts, past_length, call=len(self.calls) + 1)
+        outputs = self._session.run(output_names, input_feed, *args, **kwargs)
         carried = bool(pasts) and all(
             name in self._previous and np.array_equal(value, self._previous[name]) for name, value in pasts.items()
         )
@@ -64,6 +65,42 @@ class _RecordingSession:
             if name.startswith(PRESENT_PREFIX)
         }
         return outputs
+
+
+def _check_feeds(session: object, feed: dict[str, object], pasts: dict[str, np.ndarray], past_length: int, call: int) -> None:
+    """Name, in the loop's terms, the feeds ONNX Runtime would refuse with an index or shape error: the past's heads,
+    position_ids (one per token fed) and the attention mask's width (one column per position seen so far, past included)."""
+    declared = {i.name: i.shape for i in session.get_inputs()}
+    for name, past in pasts.items():
+        heads = declared.get(name, [None, None])[1]
+        if past.ndim == 4 and isinstance(heads, int) and past.shape[1] != heads:
+            raise Incorrect(
+                f"call {call}: {name} has {past.shape[1]} heads; this export caches {heads} key/value heads "
+                f"(session.get_inputs() declares {declared[name]}), fewer than the query heads with grouped-query attention"
+            )
+    if "input_ids" not in feed or "attention_mask" not in feed:
+        return  # ONNX Runtime names a missing input itself
+    ids, mask = np.asarray(feed["input_ids"]), np.asarray(feed["attention_mask"])
+    if ids.ndim != 2 or mask.ndim != 2:
+        return
+    positions = np.asarray(feed.get("position_ids", ids))
+    if positions.shape != ids.shape:
+        raise Incorrect(
+            f"call {call}: position_ids has shape {positions.shape}, input_ids {ids.shape}: position_ids give the position "
+            f"of each token fed, here {past_length}..{past_length + ids.shape[1] - 1}, so their shape is input_ids'"
+        )
+    want = (ids.shape[0], past_length + ids.shape[1])
+    if mask.shape == want:
+        return
+    if mask.shape[0] == want[0] and mask.shape[1] > want[1]:
+        raise Incorrect(
+            f"call {call}: attention_mask has {mask.shape[1]} columns, but the past fed holds only {past_length} positions "
+            f"and input_ids {ids.shape[1]}: feed the previous step's present.* as the past (the mask covers past + new)"
+        )
+    raise Incorrect(
+        f"call {call}: attention_mask has shape {mask.shape}, but it covers every position seen so far: "
+        f"{past_length} in the past + {ids.shape[1]} new = {want[1]} columns, shape {want}; grow it by one column each step"
+    )
 
 
 def _check_cache_use(calls: list[tuple[int, int, bool]], prompt_length: int, new_tokens: int) -> None:

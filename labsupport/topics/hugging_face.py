@@ -6,7 +6,8 @@ Introduced in notebook 12. Everything is made in code: ``build_tokenizer()`` tur
 learns whether a digit string's first digit is larger than its last. ``ensure_tiny_llama()`` and
 ``ensure_tiny_bert()`` train them once (single thread, fixed seed) and cache the checkpoints under
 ``artifacts/nb12/`` with a recipe file: a changed recipe retrains. ``save_unsupported_decoder``
-writes a model whose architecture Optimum has no ONNX config for. ``build_genai_model`` runs
+writes a model whose architecture Optimum has no ONNX config for, ``save_tied_llama`` an untrained tiny Llama
+with tied embeddings (for sizes). ``build_genai_model`` runs
 onnxruntime-genai's model builder and ``genai_generate`` its greedy generator. Importing this
 module switches the Hugging Face Hub off for the process (``HF_HUB_OFFLINE=1``...) unless those
 variables are already set, and keeps transformers from importing TensorFlow; transformers itself is
@@ -333,11 +334,14 @@ def transformers_version() -> str:
     return transformers.__version__
 
 
-def build_genai_model(checkpoint: str | Path, output: str | Path, precision: str = "int4") -> CommandRun:
+def build_genai_model(
+    checkpoint: str | Path, output: str | Path, precision: str = "int4", extra_options: dict[str, str] | None = None
+) -> CommandRun:
     """Run onnxruntime-genai's model builder on a local checkpoint, in this process (notebook 12).
 
     The same as ``python -m onnxruntime_genai.models.builder -i <checkpoint> -o <output> -p <precision> -e cpu
-    -c <cache>`` on a command line, without a second Python importing torch again. Returns its output lines.
+    -c <cache> [--extra_options key=value ...]`` on a command line, without a second Python importing torch again.
+    Returns its output lines.
     """
     if precision not in {"fp32", "int4", "int8"}:
         raise ValueError(f"precision must be fp32, int4 or int8 for the CPU, got {precision!r}")
@@ -346,6 +350,8 @@ def build_genai_model(checkpoint: str | Path, output: str | Path, precision: str
     shutil.rmtree(output, ignore_errors=True)
     cache = Path(output).with_name(f"{Path(output).name}_cache")
     arguments = ["-i", str(checkpoint), "-o", str(output), "-p", precision, "-e", "cpu", "-c", str(cache)]
+    if extra_options:
+        arguments += ["--extra_options", *(f"{key}={value}" for key, value in extra_options.items())]
     captured, saved_argv, saved_level = io.StringIO(), sys.argv, logging.root.manager.disable
     try:
         sys.argv = [GENAI_BUILDER, *arguments]
@@ -385,6 +391,28 @@ def genai_generate(model: Any, prompts: np.ndarray, max_length: int) -> list[lis
             generator.generate_next_token()
         out += [until_eos(generator.get_sequence(row)[chunk.shape[1] :]) for row in range(len(chunk))]
     return out
+
+
+# ---------------------------------------------------------------- tied embeddings, for size arithmetic
+def save_tied_llama(folder: str | Path, seed: int = 0) -> Path:
+    """Save a freshly initialised (untrained) tiny Llama whose ``lm_head`` is its token embedding
+    (``tie_word_embeddings=True``, as in Llama-3.2 and Qwen2.5): for what exporters write, not for generation (notebook 12).
+
+    Its norm weights are random too: a fresh model's are all ones, and Optimum's export stores equal tensors once.
+    """
+    from transformers import LlamaForCausalLM
+
+    config = tiny_llama_config()
+    config.tie_word_embeddings = True
+    with single_thread(), torch.no_grad():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config).eval()
+        for name, parameter in model.named_parameters():
+            if name.endswith("norm.weight"):
+                parameter.normal_(1.0, 0.1)
+    model.save_pretrained(folder)
+    build_tokenizer().save_pretrained(folder)
+    return Path(folder)
 
 
 # ---------------------------------------------------------------- an architecture Optimum does not know (yet)

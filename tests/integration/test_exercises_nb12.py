@@ -6,7 +6,20 @@ import onnx
 from labsupport.exercises import CORRECT, INCORRECT, nb12
 
 
-def make_loop(*, kv_heads=None, restart_positions=False, grow_mask=True, keep_past=True, with_prompt=False, as_float=False, swap_kv=False):
+def make_loop(
+    *,
+    kv_heads=None,
+    restart_positions=False,
+    grow_mask=True,
+    keep_past=True,
+    with_prompt=False,
+    as_float=False,
+    swap_kv=False,
+    mask_new_only=False,
+    first_logits=False,
+    first_present=False,
+    positions_whole=False,
+):
     """The reference greedy loop over the with-past export, with one known mistake switched on."""
 
     def loop(session, prompts, new_tokens):
@@ -16,16 +29,26 @@ def make_loop(*, kv_heads=None, restart_positions=False, grow_mask=True, keep_pa
         empty = {i.name: np.zeros((batch, kv_heads or heads, 0, head_size), np.float32) for i in past_inputs}
         past, ids = dict(empty), prompts
         positions, mask = np.tile(np.arange(length), (batch, 1)), np.ones((batch, length), np.int64)
-        new = []
+        new, prompt_presents = [], []
         for _ in range(new_tokens):
             logits, *presents = session.run(None, {"input_ids": ids, "position_ids": positions, "attention_mask": mask, **past})
-            ids = logits[:, -1].argmax(-1)[:, None]
+            ids = logits[:, 0 if first_logits else -1].argmax(-1)[:, None]
             new.append(ids)
+            if first_present:  # the prompt's present.* fed again at every step, the mask sized for it
+                prompt_presents = prompt_presents or presents
+                presents = prompt_presents
             if swap_kv:  # present.i.value fed as past_key_values.i.key and the other way round
                 presents = [presents[index ^ 1] for index in range(len(presents))]
             past = dict(zip(past, presents, strict=True)) if keep_past else dict(empty)
-            positions = np.zeros_like(ids) if restart_positions else positions[:, -1:] + 1
-            if grow_mask:
+            if positions_whole:
+                positions = np.tile(np.arange(positions.shape[1] + 1), (batch, 1))
+            else:
+                positions = np.zeros_like(ids) if restart_positions else positions[:, -1:] + 1
+            if first_present:
+                mask = np.ones((batch, length + 1), np.int64)
+            elif mask_new_only:
+                mask = np.ones((batch, 1), np.int64)
+            elif grow_mask:
                 mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
             elif not keep_past:
                 mask = np.ones((batch, 1), np.int64)
@@ -94,10 +117,15 @@ def one_call_too_many(session, prompts, new_tokens):
 def test_q1_rejects_typical_loop_mistakes():
     not_cached = "each further call feeds only the newest token and the previous step's present.*"
     for wrong, reason in [
-        (make_loop(kv_heads=4), "your loop failed on the session"),  # the 4 query heads in the empty past
+        (make_loop(kv_heads=4), "this export caches 2 key/value heads"),  # the 4 query heads in the empty past
         (make_loop(restart_positions=True), "rows differ from transformers'"),  # position_ids back to 0 every step
-        (make_loop(grow_mask=False), "your loop failed on the session"),  # the mask stays the prompt's length
-        (make_loop(keep_past=False), not_cached),  # the past dropped: each step sees one token
+        # the mask stays the prompt's length, or covers only the new token: ORT's Gather error before (the review's)
+        (make_loop(grow_mask=False), "call 2: attention_mask has shape (32, 10), but it covers every position seen so far"),
+        (make_loop(mask_new_only=True), "10 in the past + 1 new = 11 columns, shape (32, 11)"),
+        (make_loop(first_logits=True), "rows differ from transformers'"),  # mine: the first position's logits, not the last
+        (make_loop(first_present=True), "a past of 10 positions that is not the previous present.*"),  # mine: the prompt's cache again
+        (make_loop(positions_whole=True), "position_ids"),  # mine: position_ids for the whole sequence at every step
+        (make_loop(keep_past=False), "feed the previous step's present.* as the past"),  # the past dropped: each step sees one token
         (make_loop(swap_kv=True), "not the previous present.*"),
         (recompute_loop, not_cached),  # right tokens, no cache: the whole sequence at every step
         (restart_loop, "fed 10 tokens with an empty past, after 1 of 9"),  # right tokens, the cache rebuilt at every step

@@ -153,3 +153,21 @@ def test_unsupported_decoder_is_saved_with_its_tokenizer(tmp_path):
     assert config["model_type"] == "ministral" and (folder / "tokenizer.json").is_file()
     assert config["sliding_window"] == 4 < T.PROMPT_LENGTH  # the notebook's parity check runs through the window
     assert config["layer_types"] == ["sliding_attention", "full_attention"]
+
+
+def test_tied_llama_shares_its_lm_head_with_the_embedding(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(hugging_face.save_tied_llama(tmp_path / "tied"))
+    assert model.config.tie_word_embeddings and model.lm_head.weight is model.get_input_embeddings().weight
+    untied = hugging_face.tiny_llama_config()
+    assert not untied.tie_word_embeddings and untied.vocab_size == model.config.vocab_size
+    assert (tmp_path / "tied" / "tokenizer.json").is_file()
+
+
+def test_build_genai_model_passes_extra_options(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(hugging_face.runpy, "run_module", lambda *args, **kwargs: seen.setdefault("argv", list(hugging_face.sys.argv)))
+    (tmp_path / "config.json").write_text("{}")
+    hugging_face.build_genai_model(tmp_path, tmp_path / "out", "int4", {"shared_embeddings": "false"})
+    assert seen["argv"][-2:] == ["--extra_options", "shared_embeddings=false"]

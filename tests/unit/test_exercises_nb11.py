@@ -23,10 +23,14 @@ def test_q1_kv_cache_value_and_wrong_answers():
         (2 * 48 * 8 * 128 * 4 * 4096 * 4, "that is 4 sequences"),  # the review's batch of 4: no longer blamed on query heads
         (right / 2**30, "bytes, not gigabytes"),
         (right / 1e9, "bytes, not gigabytes"),
-        (right * 8, "is not the KV-cache size"),  # bits
-        (right / 2**20, "is not the KV-cache size"),  # MiB
+        (right * 8, "that is bits"),
+        (right / 2**20, "not MiB"),  # 4,608: the review's
+        (right / 1e6, "not megabytes"),
+        (right / 4096 * 4000, "4,000 tokens"),  # "4K" read as 4,000 (the review's)
+        (2 * 48 * 40 * 128 * 2 * 4096 * 3, "query heads and 2-byte values"),  # 40 query heads + FP16 (the review's)
         (right / 4096 / 3, "is not the KV-cache size"),  # one token only
-        (right / 4096 * 4000, "is not the KV-cache size"),
+        (right * 2, "is not the KV-cache size"),  # mine: K and V counted twice (2 x 2 x ...)
+        (2 * 48 * 8 * 128 * 4 * 4097 * 3 * 1.02, "is not the KV-cache size"),  # mine: off by 2%, outside the 1% tolerance
         (12345, "is not the KV-cache size"),
         ("2 GiB", "expected a number"),
         (str(right), "expected a number"),
@@ -58,7 +62,10 @@ def test_q2_int4_size_and_wrong_answers():
     ]:
         outcome = nb11.q2.evaluate(wrong)
         assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
-    assert "FP32 scales" in nb11.q2.evaluate(3.5e9 + 7e9 / 32 * 4).message  # the message no longer denies FP32 scales exist
+    assert "FP32 scales" in nb11.q2.evaluate(3.5e9 + 7e9 / 32 * 4).message
+    # mine: asymmetric (a 4-bit zero point per block too), and one scale per 64 weights
+    for wrong in [3.9375e9 + 7e9 / 32 / 2, 3.5e9 + 7e9 / 64 * 2]:
+        assert nb11.q2.evaluate(wrong).status == INCORRECT, wrong  # the message no longer denies FP32 scales exist
 
 
 def test_q3_mask_rejects_typical_mistakes():
@@ -74,8 +81,16 @@ def test_q3_mask_rejects_typical_mistakes():
     def as_ints(past, new):
         return (np.arange(past + new)[None, :] <= (np.arange(new)[:, None] + past)).astype(int)
 
+    def transposed(past, new):  # mine: (keys, queries), which is square and upper triangular at past 0
+        return (np.arange(past + new)[None, :] <= (np.arange(new)[:, None] + past)).T
+
+    def off_by_one(past, new):  # mine: query i sees one key too many
+        return np.arange(past + new)[None, :] <= (np.arange(new)[:, None] + past + 1)
+
     for wrong, reason in [
         (square_tril, "must have shape"),
+        (transposed, "mask(0, 4) is wrong"),
+        (off_by_one, "is wrong"),
         (ignores_offset, "is wrong"),
         (strict, "is wrong"),
         (as_ints, "boolean"),
