@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import html
-import importlib.util
 import logging
 import os
 import re
@@ -26,6 +25,7 @@ from urllib.parse import urlparse
 
 import onnx
 
+from labsupport.course.addresses import browser_address, on_a_hub
 from labsupport.onnxutil.graph import ModelLike, TensorInfo, dtype_name, load_model, tensor_info
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -260,7 +260,6 @@ def draw(model: ModelLike, *, max_nodes: int = 40, show_shapes: bool = True, tit
     return GraphDrawing(heading, len(nodes), len(graph.node), dot.source)
 
 
-HUB_PREFIX_VARIABLE = "JUPYTERHUB_SERVICE_PREFIX"  # set for every server JupyterHub starts, Binder's included
 NOT_THROUGH_THE_HUB = (
     "this kernel runs on a JupyterHub or Binder server, whose 127.0.0.1 is not your computer: Netron's viewer "
     "would be out of your browser's reach, and jupyter-server-proxy, which forwards it through the hub, is not "
@@ -271,12 +270,10 @@ NOT_THROUGH_THE_HUB = (
 
 def _address_for_the_browser(port: int) -> str:
     """Where the learner's browser reaches a server on this machine's ``port``: loopback, or through the hub."""
-    prefix = os.environ.get(HUB_PREFIX_VARIABLE)
-    if prefix is None:
-        return f"http://127.0.0.1:{port}"
-    if importlib.util.find_spec("jupyter_server_proxy") is None:
+    address = browser_address(port)
+    if address is None:
         raise RuntimeError(NOT_THROUGH_THE_HUB)
-    return f"{os.environ.get('JUPYTERHUB_HOST', '')}{prefix.rstrip('/')}/proxy/{port}/"
+    return address
 
 
 def view_in_netron(model: ModelLike, *, port: int = 0) -> str:
@@ -292,7 +289,7 @@ def view_in_netron(model: ModelLike, *, port: int = 0) -> str:
     """
     import netron
 
-    if os.environ.get(HUB_PREFIX_VARIABLE) is not None:
+    if on_a_hub():
         _address_for_the_browser(0)  # refuse before serving what the browser could not reach
     if isinstance(model, onnx.ModelProto):
         from labsupport.course.paths import artifact

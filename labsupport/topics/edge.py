@@ -10,7 +10,10 @@ code for real and compare it with ONNX Runtime in Python:
 * ``node_event_loop`` runs ``deploy/node/event_loop.js``: a heartbeat timer while the model runs on
   Node's main thread or in a worker thread;
 * ``web_demo`` builds ``onnx_web_demo.WebDemoServer`` for a model with the test images of the
-  page's picker (``web_demo_files`` makes what ``make web`` serves);
+  page's picker (``web_demo_files`` makes what ``make web`` serves); ``page_address`` is the link a
+  learner's browser opens, through jupyter-server-proxy on a hub;
+* ``node_missing``, ``web_missing`` and ``browser_missing`` say why a route cannot run here (Binder has
+  no npm packages and no Chromium), so that the notebook prints the reason and skips that cell;
 * ``browser_classify`` drives Debian's Chromium headless with Playwright through that page;
 * ``convert_to_ort`` calls ``python -m onnxruntime.tools.convert_onnx_models_to_ort``;
 * ``mobile_usability`` runs ONNX Runtime's mobile usability checker
@@ -33,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from labsupport.course.addresses import browser_address
 from labsupport.course.compare import softmax
 from labsupport.course.paths import artifact, relative, repo_root
 from labsupport.onnxutil.sessions import open_session
-from onnx_web_demo import PAGE_DIR, WebDemoServer
+from onnx_web_demo import PAGE_DIR, WebDemoServer, runtime_dir
 
 ORT_WEB_VERSION = "1.30.0"
 ORT_NODE_VERSION = "1.30.0"
@@ -117,17 +121,27 @@ def node_executable() -> str | None:
     return shutil.which("node")
 
 
-def _node_ready(node: str | None) -> str:
-    """``node`` (or the one on PATH) once node and the npm packages are there; FileNotFoundError naming the fix."""
-    node = node or node_executable()
-    if node is None:
-        raise FileNotFoundError("node not found on PATH: install Node.js 18 or newer to run the programs in deploy/node")
+def node_missing(node: str | None = None) -> str | None:
+    """Why ``deploy/node``'s programs cannot run here (no ``node``, or no onnxruntime-node in ``node_modules``), or None (09).
+
+    Binder has Node.js (repo2docker's base environment) but not the npm packages.
+    """
+    if (node or node_executable()) is None:
+        return "node not found on PATH: install Node.js 18 or newer to run the programs in deploy/node"
     if not (node_dir() / "node_modules" / "onnxruntime-node").is_dir():
-        raise FileNotFoundError(
+        return (
             "onnxruntime-node is not installed in deploy/node/node_modules: run `make js-deps` "
             "(or `cd deploy/node && ONNXRUNTIME_NODE_INSTALL=skip npm ci`)"
         )
-    return node
+    return None
+
+
+def _node_ready(node: str | None) -> str:
+    """``node`` (or the one on PATH) once node and the npm packages are there; FileNotFoundError naming the fix."""
+    missing = node_missing(node)
+    if missing is not None:
+        raise FileNotFoundError(missing)
+    return node or str(node_executable())
 
 
 def _run_node_script(script: str, arguments: list[str], node: str, timeout: float) -> dict[str, Any]:
@@ -221,6 +235,28 @@ def web_demo_files() -> tuple[Path, Path]:
 def web_demo(model_path: str | os.PathLike[str], port: int = 0) -> WebDemoServer:
     """An ``onnx_web_demo.WebDemoServer`` for ``model_path`` on 127.0.0.1 (port 0: any free one) with the test images (09)."""
     return WebDemoServer(model_path, page_images(), port=port)
+
+
+def web_missing() -> str | None:
+    """Why the page cannot be served here (onnxruntime-web not installed in ``deploy/web/node_modules``), or None (09)."""
+    try:
+        runtime_dir(web_dir())
+    except FileNotFoundError:
+        return "onnxruntime-web is not installed in deploy/web/node_modules: run `make js-deps` (or `cd deploy/web && npm ci`)"
+    return None
+
+
+def page_address(server: WebDemoServer) -> str:
+    """The address of a running demo page for the learner's browser: loopback for ``make lab``, the hub's proxy path on
+    JupyterHub or Binder (jupyter-server-proxy; the page's URLs are relative, so it works under that prefix) (09)."""
+    address = browser_address(server.port)
+    if address is None:
+        raise RuntimeError(
+            "this kernel runs on a JupyterHub or Binder server, whose 127.0.0.1 is not your computer, and "
+            "jupyter-server-proxy, which forwards the page through the hub, is not installed here "
+            "(pip install jupyter-server-proxy, then restart your server)"
+        )
+    return address.rstrip("/") + "/"
 
 
 @dataclass
@@ -320,6 +356,21 @@ def chromium_available(executable: str = CHROMIUM) -> bool:
     return Path(executable).is_file() and os.access(executable, os.X_OK)
 
 
+def _chromium_missing(executable: str) -> str | None:
+    if chromium_available(executable):
+        return None
+    return (
+        f"Chromium not found at {executable}: install Debian's package (`apt-get install chromium`) "
+        "or set $ONNX_LAB_CHROMIUM to a Chromium or Chrome executable"
+    )
+
+
+def browser_missing(executable: str = CHROMIUM) -> str | None:
+    """Why the page cannot be driven in a browser here (no onnxruntime-web, no Chromium at ``executable``, or both), or None (09)."""
+    reasons = [reason for reason in (web_missing(), _chromium_missing(executable)) if reason is not None]
+    return "; ".join(reasons) or None
+
+
 def browser_classify(
     model_path: str | os.PathLike[str],
     images: Any,
@@ -335,11 +386,9 @@ def browser_classify(
     Introduced in notebook 09.
     """
     flat = _as_images(images)
-    if not chromium_available(executable):
-        raise FileNotFoundError(
-            f"Chromium not found at {executable}: install Debian's package (`apt-get install chromium`) "
-            "or set $ONNX_LAB_CHROMIUM to a Chromium or Chrome executable"
-        )
+    missing = browser_missing(executable)
+    if missing is not None:
+        raise FileNotFoundError(missing)
     shot = Path(screenshot) if screenshot is not None else None
     with web_demo(model_path) as server:
         if not 0 <= shown_index < server.test_images:

@@ -48,9 +48,43 @@ def test_q1_rejects_wrong_provider_lists(answer, reason):
     assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
 
 
-@pytest.mark.parametrize("answer", [[NNAPI, XNNPACK, CPU], [NNAPI, CPU], (NNAPI, XNNPACK, CPU)])
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        # invented wrong answers: a list where ONNX Runtime wants a (name, options) tuple, options that are not a dict,
+        # and one provider twice with different options (ORT keeps the first and ignores the second)
+        ([[NNAPI, {"flags": "NNAPI_FLAG_USE_FP16"}], CPU], "(name, options dict) tuple"),
+        ([(NNAPI, "NNAPI_FLAG_USE_FP16"), CPU], "(name, options dict) tuple"),
+        ([(NNAPI, {}), (NNAPI, {"flags": "NNAPI_FLAG_USE_FP16"}), CPU], "appear once"),
+        ([(NNAPI,), CPU], "(name, options dict) tuple"),
+    ],
+)
+def test_q1_rejects_malformed_provider_entries(answer, reason):
+    outcome = q1.evaluate(answer)
+    assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        [NNAPI, XNNPACK, CPU],
+        [NNAPI, CPU],
+        (NNAPI, XNNPACK, CPU),
+        # the review's right answers that crashed the checker: (name, options) tuples, as providers= takes them
+        [(NNAPI, {"flags": "NNAPI_FLAG_USE_FP16"}), CPU],
+        [NNAPI, (XNNPACK, {"intra_op_num_threads": "2"}), CPU],
+    ],
+)
 def test_q1_accepts_nnapi_first_and_cpu_last(answer):
-    assert q1.evaluate(answer).status == CORRECT
+    outcome = q1.evaluate(answer)
+    assert outcome.status == CORRECT, outcome.message
+
+
+def test_q1_accepted_tuples_are_what_an_inference_session_takes():
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(ensure_digits_cnn()), providers=[(NNAPI, {"flags": "NNAPI_FLAG_USE_FP16"}), (CPU, {})])
+    assert session.get_providers() == [CPU]  # this PyPI build has no NNAPI: it warns and falls back
 
 
 def test_q2_rejects_onnx_files_missing_files_and_other_models(tmp_path):
@@ -63,6 +97,68 @@ def test_q2_rejects_onnx_files_missing_files_and_other_models(tmp_path):
     outcome = q2.evaluate(tmp_path / "nothing.ort")
     assert outcome.status == INCORRECT and "does not exist" in outcome.message
     assert q2.evaluate(42).status == INCORRECT
+
+
+def _batch1(source: Path, folder: Path) -> Path:
+    """``source`` with its batch fixed to 1, as notebook 09 does with onnxruntime.tools.make_dynamic_shape_fixed."""
+    import onnx
+    from onnxruntime.tools.onnx_model_utils import fix_output_shapes, make_dim_param_fixed
+
+    model = onnx.load(source)
+    make_dim_param_fixed(model.graph, "batch", 1)
+    fix_output_shapes(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{source.stem}_batch1.onnx"
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("style", ["Runtime", "Fixed"])
+def test_q2_accepts_the_batch1_ort_files_the_notebook_builds(tmp_path, style):
+    # the review's right answer that crashed the checker: 64 images in one run of a batch-1 model
+    converted = edge.convert_to_ort(_batch1(ensure_digits_cnn(), tmp_path / "batch1"), tmp_path / style, optimization_style=style)
+    outcome = q2.evaluate(converted.ort_path)
+    assert outcome.status == CORRECT, outcome.message
+
+
+def test_q2_accepts_the_reference_solution():
+    outcome = q2.evaluate(q2.reference_answer())
+    assert outcome.status == CORRECT, outcome.message
+
+
+def test_q2_rejects_the_int8_model_converted(tmp_path):
+    # invented: the quantized CNN of notebook 06 agrees on every class but is not the model the task names
+    from labsupport.topics.quantization import ensure_digits_cnn_int8
+
+    converted = edge.convert_to_ort(ensure_digits_cnn_int8(), tmp_path / "int8")
+    outcome = q2.evaluate(converted.ort_path)
+    assert outcome.status == INCORRECT and "another model" in outcome.message, outcome.message
+
+
+def test_q2_rejects_the_cnn_with_a_softmax_added(tmp_path):
+    # invented: probabilities instead of logits, same argmax on every image
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(ensure_digits_cnn())
+    output = model.graph.output[0]
+    for node in model.graph.node:
+        node.output[:] = ["raw_logits" if name == output.name else name for name in node.output]
+    model.graph.node.append(helper.make_node("Softmax", ["raw_logits"], [output.name], axis=1))
+    source = tmp_path / "digits_cnn_softmax.onnx"
+    onnx.save(model, source)
+    converted = edge.convert_to_ort(source, tmp_path / "softmax")
+    outcome = q2.evaluate(converted.ort_path)
+    assert outcome.status == INCORRECT and "another model" in outcome.message, outcome.message
+
+
+def test_q2_rejects_a_truncated_ort_file(tmp_path):
+    # invented: a copy cut short (an interrupted download); the header still says ORTM
+    converted = edge.convert_to_ort(ensure_digits_cnn(), tmp_path / "whole")
+    cut = tmp_path / "cut.ort"
+    cut.write_bytes(converted.ort_path.read_bytes()[:4096])
+    outcome = q2.evaluate(cut)
+    assert outcome.status == INCORRECT and "cannot load" in outcome.message, outcome.message
 
 
 def test_q2_rejects_a_different_model(tmp_path):

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import onnx_web_demo
+from labsupport.course.addresses import HUB_PREFIX_VARIABLE
 from labsupport.course.compare import compare
 from labsupport.course.data import load_digits
 from labsupport.course.paths import artifact
@@ -121,6 +122,47 @@ def test_server_checks_its_arguments(tmp_path, model, web_runtime):
     server = onnx_web_demo.WebDemoServer(model, images)
     with pytest.raises(RuntimeError, match="not running"):
         _ = server.url
+
+
+@pytest.mark.slow
+def test_the_address_printed_on_a_hub_serves_the_page_through_jupyter_server_proxy(model, web_runtime, jupyterlab, monkeypatch):
+    # a learner's server on the class hub runs under /user/NAME/ (JUPYTERHUB_SERVICE_PREFIX); jupyter-server-proxy
+    # forwards /user/NAME/proxy/PORT/... to 127.0.0.1:PORT, and the page's relative URLs stay under that prefix
+    lab = jupyterlab("--ServerApp.base_url=/user/alice/")
+    monkeypatch.setenv(HUB_PREFIX_VARIABLE, "/user/alice/")
+    monkeypatch.delenv("JUPYTERHUB_HOST", raising=False)
+    with edge.web_demo(model) as server:
+        address = edge.page_address(server)
+        assert address == f"/user/alice/proxy/{server.port}/"
+        for path in ["", "app.js", "ort/ort.wasm.min.mjs", "ort/ort-wasm-simd-threaded.wasm", "model/digits_cnn.onnx", "test-images.json"]:
+            proxied, direct = _get(lab.url(address.removeprefix("/user/alice") + path)), _get(server.url + path)
+            assert proxied[0] == 200 and proxied == direct, (path, proxied[:2])
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_page_classifies_in_chromium_at_the_address_printed_on_a_hub(model, web_runtime, jupyterlab, monkeypatch, require_tool):
+    from playwright.sync_api import sync_playwright
+
+    require_tool(edge.CHROMIUM, "the browser test drives Debian's Chromium (apt-get install chromium)")
+    lab = jupyterlab("--ServerApp.base_url=/user/alice/")
+    monkeypatch.setenv(HUB_PREFIX_VARIABLE, "/user/alice/")
+    monkeypatch.delenv("JUPYTERHUB_HOST", raising=False)
+    images = load_digits().test.images[:4]
+    with edge.web_demo(model) as server, sync_playwright() as playwright:
+        browser = edge.launch_chromium(playwright)
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            page.goto(lab.url(edge.page_address(server).removeprefix("/user/alice")))  # the token logs the browser in
+            page.wait_for_function("window.onnxLab !== undefined", timeout=60_000)
+            page.evaluate("async () => { await window.onnxLab.ready; }")
+            result = page.evaluate("async (images) => window.onnxLab.classify(images)", images.reshape(4, 64).tolist())
+        finally:
+            browser.close()
+    assert errors == []
+    np.testing.assert_array_equal(result["predictions"], edge.python_reference(model, images)["predictions"])
 
 
 def test_the_command_binds_port_0_and_prints_the_url(web_runtime):

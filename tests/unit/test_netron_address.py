@@ -6,17 +6,18 @@ import importlib.util
 
 import pytest
 
+from labsupport.course.addresses import HUB_PREFIX_VARIABLE
 from labsupport.onnxutil import draw
 
 
 @pytest.fixture
 def on_a_hub(monkeypatch):
-    monkeypatch.setenv(draw.HUB_PREFIX_VARIABLE, "/user/alice/")
+    monkeypatch.setenv(HUB_PREFIX_VARIABLE, "/user/alice/")
     monkeypatch.delenv("JUPYTERHUB_HOST", raising=False)
 
 
 def test_a_local_lab_gets_loopback(monkeypatch):
-    monkeypatch.delenv(draw.HUB_PREFIX_VARIABLE, raising=False)
+    monkeypatch.delenv(HUB_PREFIX_VARIABLE, raising=False)
     assert draw._address_for_the_browser(41234) == "http://127.0.0.1:41234"
 
 
