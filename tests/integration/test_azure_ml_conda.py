@@ -67,3 +67,48 @@ def test_a_service_module_that_needs_a_package_conda_yml_lacks_fails_in_the_venv
         azure_ml._check_scoring(code, ensure_digits_cnn())  # the course's interpreter cannot see it: it has starlette
     finally:
         validation.write_text(text, encoding="utf-8")
+
+
+def test_azure_ml_inference_server_serves_score_py_from_the_conda_venv(conda_python, code, tmp_path):
+    """The real server (azmlinfsrv, gunicorn) as the deployment runs it: the service's answers over HTTP, 200, 422 and 415."""
+    import json
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    import httpx
+
+    from labsupport.course.data import load_digits
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model_dir = tmp_path / azure_ml.MODEL_NAME / "1"
+    model_dir.mkdir(parents=True)
+    shutil.copy2(ensure_digits_cnn(), model_dir)
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
+    environment.update({"AZUREML_MODEL_DIR": str(model_dir), **azure_ml.SERVICE_SETTINGS, "WORKER_COUNT": "1"})
+    command = [str(conda_python.parent / "azmlinfsrv"), "--entry_script", str(code / azure_ml.SCORING_SCRIPT), "--port", str(port)]
+    log = tmp_path / "azmlinfsrv.log"  # a file, not a pipe: the server logs every request and would fill a pipe nobody reads
+    server = subprocess.Popen(command, env=environment, cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    url, images = f"http://127.0.0.1:{port}/score", load_digits().test.images[:2]
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                served = httpx.post(url, json={"inputs": images.tolist()}, timeout=30)
+                break
+            except httpx.TransportError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"azmlinfsrv did not answer:\n{log.read_text()[-2000:]}")
+        refused = httpx.post(url, json={"input": images.tolist()}, timeout=30)
+        wrong_type = httpx.post(url, content=json.dumps({"inputs": images.tolist()}), headers={"content-type": "text/plain"}, timeout=30)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert served.status_code == 200 and len(served.json()["predictions"]) == 2
+    assert (refused.status_code, refused.json()["error"]) == (422, "missing_field")
+    assert (wrong_type.status_code, wrong_type.json()["error"]) == (415, "unsupported_media_type")
