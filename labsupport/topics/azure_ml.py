@@ -460,7 +460,8 @@ def _check_files(assets: AzureMLAssets) -> list[str]:
             f"missing: {', '.join(missing)} (run labsupport.topics.azure_ml.stage_code() after ensure_digits_cnn())"
         )
     validate_scoring_script(assets.deployment)
-    return [f"files present: {', '.join(_shown(path) for path in needed)}; the SDK's syntax check of score.py passed"]
+    listed = [f"the model file ({needed[0].name})", *(_shown(path) for path in needed[1:])]  # a registry's folder names vary
+    return [f"files present: {', '.join(listed)}; the SDK's syntax check of score.py passed"]
 
 
 def validate(folder: Path = DEPLOY_DIR, model: ModelSource | None = None, python: str | Path = sys.executable) -> list[str]:
