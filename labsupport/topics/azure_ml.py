@@ -1,7 +1,7 @@
 """The course's ONNX model on Azure Machine Learning with the SDK v2 (``azure-ai-ml``), built and validated offline.
 
 Introduced in notebook 13: a registered model version carried to a managed online endpoint. The same four
-assets exist twice, and ``validate`` shows that they agree without an Azure subscription and without sending
+entities (a model and an environment, which are Azure ML assets, an endpoint and a deployment) exist twice, and ``validate`` shows that they agree without an Azure subscription and without sending
 anything anywhere (``no_network`` refuses every connection and records the attempts):
 
 - as SDK entities built in Python (``build_entities``): ``Model``, ``Environment``, ``ManagedOnlineEndpoint``
