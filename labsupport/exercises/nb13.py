@@ -32,7 +32,8 @@ def _check_route(route) -> str:
             if got != want:
                 raise Incorrect(
                     f"route({key!r}, {percent}) gave {got!r}, the service sends that key to {want!r}: "
-                    "bucket = the first 4 bytes of sha256(key) as a big-endian integer, modulo 100; "
+                    "bucket = the first 4 bytes of sha256(key) as a big-endian integer, modulo 100, with the key hashed exactly "
+                    "as sent (its UTF-8 bytes: no lower-casing, stripping or Unicode normalisation); "
                     "the challenger gets buckets below the percentage (an empty key: champion)"
                 )
     return "your routing agrees with the service on every key: a user always sees the same version"

@@ -234,7 +234,7 @@ def test_q1_rejects_routes_that_change_the_key_before_hashing():
     for name, wrong in cases.items():
         outcome = q1.evaluate(wrong)
         assert outcome.status == "incorrect", name
-        assert "the service sends that key to" in outcome.message, (name, outcome.message)
+        assert "the service sends that key to" in outcome.message and "hashed exactly as sent" in outcome.message, (name, outcome.message)
 
 
 def test_q1_rejects_three_more_wrong_routes_and_accepts_an_equivalent_one():
