@@ -1,8 +1,8 @@
 """The course's ONNX model on Azure Machine Learning with the SDK v2 (``azure-ai-ml``), built and validated offline.
 
 Introduced in notebook 13: a registered model version carried to a managed online endpoint. The same four
-entities (a model and an environment, which are Azure ML assets, an endpoint and a deployment) exist twice, and ``validate`` shows that they agree without an Azure subscription and without sending
-anything anywhere (``no_network`` refuses every connection and records the attempts):
+entities (a model and an environment, which Azure ML calls assets, an endpoint and a deployment) exist twice,
+and ``validate`` shows that they agree without an Azure subscription and without sending anything anywhere (``no_network`` refuses every connection and records the attempts):
 
 - as SDK entities built in Python (``build_entities``): ``Model``, ``Environment``, ``ManagedOnlineEndpoint``
   and ``ManagedOnlineDeployment``, what ``MLClient.begin_create_or_update`` sends;
