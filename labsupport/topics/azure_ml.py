@@ -2,7 +2,8 @@
 
 Introduced in notebook 13: a registered model version carried to a managed online endpoint. The same four
 entities (a model and an environment, which Azure ML calls assets, an endpoint and a deployment) exist twice,
-and ``validate`` shows that they agree without an Azure subscription and without sending anything anywhere (``no_network`` refuses every connection and records the attempts):
+and ``validate`` shows that they agree without an Azure subscription and without sending anything anywhere
+(``no_network`` refuses every connection and records the attempts):
 
 - as SDK entities built in Python (``build_entities``): ``Model``, ``Environment``, ``ManagedOnlineEndpoint``
   and ``ManagedOnlineDeployment``, what ``MLClient.begin_create_or_update`` sends;
