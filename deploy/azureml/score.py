@@ -5,9 +5,12 @@ this file by its path, calls ``init()`` once and ``run(raw_data, request_headers
 with the request body as text. Validation and inference are the course service's own code: ``onnx_service``
 (deploy/service), which ``labsupport.topics.azure_ml.stage_code`` copies next to this file into the code
 folder Azure ML uploads. A request gets the same checks of its JSON body (content type, shape, dtype, batch
-limit), with the same 4xx status codes and messages, and the same predictions as the service's POST /predict.
+limit), and score.py answers with the same status codes, messages and predictions as the service's POST /predict.
+A client of a managed online endpoint sees those codes only on a local run: Azure's front end turns every non-200
+answer into 424, with score.py's code in the header ms-azureml-model-error-statuscode (deploy/azureml/README.md).
 Unlike the service, it does not limit the body's size (the service's 413 above max_body_bytes), and its answer
-names no version or alias. Nothing here imports labsupport.
+names no version or alias. It imports only onnx_service's modules that need nothing beyond conda.yml (make test
+runs it in a venv of conda.yml's pip section); nothing here imports labsupport.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ import numpy as np
 
 from labsupport.exercises import Exercise, Incorrect
 
-KEYS = [f"user-{i}" for i in range(400)] + ["", "ünïcode", "a" * 100]
+# the service hashes the key exactly as sent: case, spaces and the Unicode form all change the bucket
+KEYS = [f"user-{i}" for i in range(400)] + ["", "ünïcode", "a" * 100, "User-7", " user-7", "user-7 ", "USER-12", "cafe\u0301", "café"]
 VERSIONS = {"2": "models/v2.onnx", "3": "models/v3.onnx"}  # the file paths exercise 2 uses
 
 
@@ -31,7 +32,8 @@ def _check_route(route) -> str:
             if got != want:
                 raise Incorrect(
                     f"route({key!r}, {percent}) gave {got!r}, the service sends that key to {want!r}: "
-                    "bucket = the first 4 bytes of sha256(key) as a big-endian integer, modulo 100; "
+                    "bucket = the first 4 bytes of sha256(key) as a big-endian integer, modulo 100, with the key hashed exactly "
+                    "as sent (its UTF-8 bytes: no lower-casing, stripping or Unicode normalisation); "
                     "the challenger gets buckets below the percentage (an empty key: champion)"
                 )
     return "your routing agrees with the service on every key: a user always sees the same version"
@@ -60,7 +62,15 @@ def _check_document(document) -> str:
         raise Incorrect(f'"challenger_percent" is a whole percentage of request keys: 25, got {checked.challenger_percent!r}')
     if checked.shadow != "3":
         raise Incorrect(f'the challenger should also run in shadow on the champion\'s traffic ("shadow": "3"), got {checked.shadow!r}')
-    return "the service accepts it: 25% of keys get version 3, and version 3 shadows the rest"
+    if checked.sha256:
+        raise Incorrect(
+            f"versions {sorted(checked.sha256)} carry a sha256 that nobody computed: the files of VERSIONS are examples, and the "
+            "service computes each file's sha256 and refuses the whole document when one differs (section 5). Give the paths only"
+        )
+    return (
+        "the service accepts this document's fields: 25% of keys get version 3, and version 3 shadows the rest "
+        "(it then loads each file and refuses the document if one is missing)"
+    )
 
 
 class StoreUnreadable(RuntimeError):

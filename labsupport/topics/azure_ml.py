@@ -1,8 +1,9 @@
 """The course's ONNX model on Azure Machine Learning with the SDK v2 (``azure-ai-ml``), built and validated offline.
 
 Introduced in notebook 13: a registered model version carried to a managed online endpoint. The same four
-assets exist twice, and ``validate`` shows that they agree without an Azure subscription and without sending
-anything anywhere (``no_network`` refuses every connection and records the attempts):
+entities (a model and an environment, which Azure ML calls assets, an endpoint and a deployment) exist twice,
+and ``validate`` shows that they agree without an Azure subscription and without sending anything anywhere
+(``no_network`` refuses every connection and records the attempts):
 
 - as SDK entities built in Python (``build_entities``): ``Model``, ``Environment``, ``ManagedOnlineEndpoint``
   and ``ManagedOnlineDeployment``, what ``MLClient.begin_create_or_update`` sends;
@@ -12,12 +13,18 @@ anything anywhere (``no_network`` refuses every connection and records the attem
 
 The deployment's code folder (``stage_code``: deploy/azureml/score.py and the service package ``onnx_service``
 beside it, in artifacts/azureml/code) goes through the SDK's syntax check of score.py, and score.py runs
-here in a fresh Python, as Azure ML's inference server runs it, on test images and on a bad request.
+in a fresh Python, as Azure ML's inference server runs it, on test images and on a bad request: in the
+course's interpreter (``validate``), and in a virtual environment built from conda.yml's pip section
+(``conda_venv``; ``make test`` does it), which can import only what the deployment's image installs.
+``from_registry`` carries a registry version to Azure ML: its version number, its sha256 (which score.py
+then checks when it loads the file) and its run id.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -27,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +51,7 @@ CONDA_FILE = "conda.yml"
 CODE_ARTIFACT = "azureml/code"  # the staged code folder, under artifacts/
 MODEL_ARTIFACT = "digits_cnn.onnx"
 ARTIFACTS_FROM_YAML = "../../artifacts"  # where deploy/azureml's YAML files find artifacts/ (the default folder)
-MODEL_NAME, MODEL_VERSION = "onnx-lab-digits-cnn", "1"
+MODEL_NAME, MODEL_VERSION = "onnx-lab-digits-cnn", "1"  # the YAML route: notebook 02's file as version 1
 ENVIRONMENT_NAME, ENVIRONMENT_VERSION = "onnx-lab-onnxruntime", "1"
 # Azure ML's CPU base image; conda.yml adds the course's onnxruntime, onnx and numpy and the inference server
 BASE_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest"
@@ -52,8 +59,19 @@ ENDPOINT_NAME = "onnx-lab-digits"  # endpoint names are unique per Azure region:
 DEPLOYMENT_NAME = "blue"
 # the SDK's minimum recommended size for general-purpose endpoints (it warns for Standard_DS1_v2 and DS2_v2)
 INSTANCE_TYPE, INSTANCE_COUNT = "Standard_DS3_v2", 1
-SERVICE_SETTINGS = {"ONNX_SERVICE_THREADS": "1", "ONNX_SERVICE_MAX_BATCH": "64"}  # read by onnx_service's Settings
+# Standard_DS3_v2 has 4 vCPUs: 4 inference-server workers (WORKER_COUNT, read by azureml-inference-server-http; its
+# default is 1) of one ONNX Runtime thread each, and 4 requests in flight per instance (the SDK's default is 1;
+# Azure answers 429 beyond 2 x max_concurrent_requests_per_instance x instance_count pending requests)
+WORKERS = 4
+SERVICE_SETTINGS = {"ONNX_SERVICE_THREADS": "1", "ONNX_SERVICE_MAX_BATCH": "64", "WORKER_COUNT": str(WORKERS)}
+REQUEST_SETTINGS = {"max_concurrent_requests_per_instance": WORKERS}
+SHA256_SETTING = "ONNX_SERVICE_MODEL_SHA256"  # score.py (onnx_service's Settings) refuses a model file with another sha256
+VENV_PREFIX = "azureml-env-"  # build/azureml-env-<conda.yml's sha256 prefix>: the deployment's pip packages, nothing else
 TAGS = {"course": "onnx-lab", "notebook": "13"}
+MODEL_DESCRIPTION = (
+    "ONNX Lab's digits CNN, served by deploy/azureml/score.py "
+    "(model.yml: notebook 02's file; notebook 13: the MLflow registry's champion, named in its tags)"
+)
 # the SDK logs "Class DeploymentTemplateReferenceSchema: This is an experimental class" when it writes a Model
 # as YAML (Model.dump): the schema of a field the course never sets; its errors still show
 logging.getLogger("azure.ai.ml._utils._experimental").setLevel(logging.ERROR)
@@ -68,6 +86,33 @@ SCHEMAS = {
 
 class AzureMLValidationError(RuntimeError):
     """The Azure ML assets disagree, miss a file, or the scoring script does not answer like the service."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """The file an Azure ML model asset uploads, its version there, its sha256 (None: not checked) and lineage tags."""
+
+    path: Path
+    version: str = MODEL_VERSION
+    sha256: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def settings(self) -> dict[str, str]:
+        """The deployment's environment variables: the service's settings, and the sha256 score.py must find."""
+        return {**SERVICE_SETTINGS, **({SHA256_SETTING: self.sha256} if self.sha256 else {})}
+
+
+def from_registry(registry: Any, alias: str = "champion") -> ModelSource:
+    """The registry version an alias points at, as an Azure ML model source: same version number, its sha256 and run id.
+
+    ``registry`` is a ``labsupport.topics.lifecycle.Registry``; its file is checked against the recorded sha256 first.
+    """
+    version = registry.version_of(alias)
+    if version is None:
+        raise KeyError(f"no {alias!r} alias on {registry.name}")
+    path, recorded = registry.model_path(version), registry.tags(version)
+    lineage = {"mlflow_model": registry.name, "mlflow_version": version, "sha256": recorded["sha256"], "run_id": recorded["run_id"]}
+    return ModelSource(path, version, recorded["sha256"], lineage)
 
 
 @dataclass(frozen=True)
@@ -104,9 +149,9 @@ def no_network() -> Iterator[list[str]]:
             setattr(socket.socket, name, original)
 
 
-def model_reference() -> str:
+def model_reference(version: str = MODEL_VERSION) -> str:
     """The registered model version the deployment serves, ``azureml:NAME:VERSION``."""
-    return f"azureml:{MODEL_NAME}:{MODEL_VERSION}"
+    return f"azureml:{MODEL_NAME}:{version}"
 
 
 def environment_reference() -> str:
@@ -136,7 +181,7 @@ def yaml_documents() -> dict[str, dict[str, Any]]:
             "version": MODEL_VERSION,
             "type": "custom_model",
             "path": f"{ARTIFACTS_FROM_YAML}/{MODEL_ARTIFACT}",
-            "description": "ONNX Lab's digits CNN (notebook 02), served by deploy/azureml/score.py",
+            "description": MODEL_DESCRIPTION,
             "tags": TAGS,
         },
         "environment": {
@@ -164,6 +209,7 @@ def yaml_documents() -> dict[str, dict[str, Any]]:
             "instance_type": INSTANCE_TYPE,
             "instance_count": INSTANCE_COUNT,
             "environment_variables": SERVICE_SETTINGS,
+            "request_settings": REQUEST_SETTINGS,
         },
     }
 
@@ -183,18 +229,36 @@ def write_yaml(folder: Path = DEPLOY_DIR) -> list[Path]:
     return written
 
 
-def build_entities(model_path: Path | None = None, code: Path | None = None) -> AzureMLAssets:
-    """The deployment as SDK entities built in Python (notebook 13 shows these calls)."""
-    from azure.ai.ml.entities import CodeConfiguration, Environment, ManagedOnlineDeployment, ManagedOnlineEndpoint, Model
+def _source(model: ModelSource | Path | None) -> ModelSource:
+    if isinstance(model, ModelSource):
+        return model
+    return ModelSource(Path(model) if model is not None else artifact(MODEL_ARTIFACT))
 
+
+def build_entities(model: ModelSource | Path | None = None, code: Path | None = None) -> AzureMLAssets:
+    """The deployment as SDK entities built in Python (notebook 13 shows these calls).
+
+    ``model``: a ``ModelSource`` (``from_registry``: the registry's version number, sha256 and run id), or a
+    file path, or None for notebook 02's file; a path or None gives version 1 without a sha256, as the YAML files.
+    """
+    from azure.ai.ml.entities import (
+        CodeConfiguration,
+        Environment,
+        ManagedOnlineDeployment,
+        ManagedOnlineEndpoint,
+        Model,
+        OnlineRequestSettings,
+    )
+
+    source = _source(model)
     documents = yaml_documents()
     model = Model(
         name=MODEL_NAME,
-        version=MODEL_VERSION,
+        version=source.version,
         type="custom_model",
-        path=str(model_path or artifact(MODEL_ARTIFACT)),
+        path=str(source.path),
         description=documents["model"]["description"],
-        tags=TAGS,
+        tags={**TAGS, **source.tags},
     )
     environment = Environment(
         name=ENVIRONMENT_NAME,
@@ -207,12 +271,13 @@ def build_entities(model_path: Path | None = None, code: Path | None = None) -> 
     deployment = ManagedOnlineDeployment(
         name=DEPLOYMENT_NAME,
         endpoint_name=ENDPOINT_NAME,
-        model=model_reference(),
+        model=model_reference(source.version),
         environment=environment_reference(),
         code_configuration=CodeConfiguration(code=str(code or artifacts_dir() / CODE_ARTIFACT), scoring_script=SCORING_SCRIPT),
         instance_type=INSTANCE_TYPE,
         instance_count=INSTANCE_COUNT,
-        environment_variables=SERVICE_SETTINGS,
+        environment_variables=source.settings(),
+        request_settings=OnlineRequestSettings(**REQUEST_SETTINGS),
     )
     return AzureMLAssets(model, environment, endpoint, deployment)
 
@@ -246,24 +311,33 @@ def summary(assets: AzureMLAssets) -> dict[str, Any]:
             deployment.instance_type,
             deployment.instance_count,
             deployment.environment_variables,
+            deployment.request_settings.max_concurrent_requests_per_instance,
         ),
     }
 
 
 # Runs score.py in a fresh interpreter the way Azure ML's inference server does: loaded from its path with
-# importlib, init() once, then run(body text, request headers). AMLResponse is the server's class, which the
-# course's environment lacks: a stand-in with the same constructor records what it was given. Sockets are refused.
+# importlib, init() once, then run(body text, request headers). Where the server is installed (the conda.yml venv)
+# its own AMLResponse is used; the course's environment lacks it, so a stand-in with the same constructor records
+# what it was given. Sockets are refused.
 _SCORE_DRIVER = """
 import importlib.util, json, socket, sys, types
 def refuse(*args, **kwargs):
     raise OSError("network access refused")
 socket.create_connection = socket.getaddrinfo = socket.socket.connect = socket.socket.connect_ex = refuse
-class AMLResponse:
-    def __init__(self, message, status_code, response_headers={}, json_str=False, run_function_failed=False):
-        self.message, self.status_code = message, status_code
-module = types.ModuleType("azureml_inference_server_http.api.aml_response")
-module.AMLResponse = AMLResponse
-sys.modules["azureml_inference_server_http.api.aml_response"] = module
+try:
+    from azureml_inference_server_http.api.aml_response import AMLResponse
+    def refusal(answer):
+        return {"status": answer.status_code, "body": answer.get_json()}
+except ImportError:
+    class AMLResponse:
+        def __init__(self, message, status_code, response_headers={}, json_str=False, run_function_failed=False):
+            self.message, self.status_code = message, status_code
+    def refusal(answer):
+        return {"status": answer.status_code, "body": answer.message}
+    module = types.ModuleType("azureml_inference_server_http.api.aml_response")
+    module.AMLResponse = AMLResponse
+    sys.modules["azureml_inference_server_http.api.aml_response"] = module
 script, requests = sys.argv[1], json.loads(sys.stdin.read())
 spec = importlib.util.spec_from_file_location("entry_module", script)
 score = importlib.util.module_from_spec(spec)
@@ -272,21 +346,32 @@ score.init()
 answers = []
 for body, headers in requests:
     answer = score.run(body, headers)
-    answers.append({"status": answer.status_code, "body": answer.message} if isinstance(answer, AMLResponse) else {"status": 200, "body": answer})
+    answers.append(refusal(answer) if isinstance(answer, AMLResponse) else {"status": 200, "body": answer})
 import onnx_service
-print(json.dumps({"answers": answers, "service_package": onnx_service.__file__}))
+print(json.dumps({"answers": answers, "service_package": onnx_service.__file__, "prefix": sys.prefix}))
 """
 
 
-def run_scoring_script(code: Path, model_path: Path, requests: list[tuple[str, dict[str, str]]]) -> dict[str, Any]:
-    """Run ``code``/score.py in a fresh Python with the model mounted as Azure ML mounts it; its answers to ``requests``."""
+def run_scoring_script(
+    code: Path,
+    model: ModelSource | Path,
+    requests: list[tuple[str, dict[str, str]]],
+    python: str | Path = sys.executable,
+) -> dict[str, Any]:
+    """Run ``code``/score.py in a fresh ``python`` with the model mounted as Azure ML mounts it; its answers to ``requests``.
+
+    The interpreter runs isolated (``-I``: no PYTHONPATH, no user site-packages), with the deployment's
+    environment variables (``ModelSource.settings``: a source with a sha256 makes init() check the file).
+    """
+    source = _source(model)
     with tempfile.TemporaryDirectory(prefix="azureml-models-") as mount:
-        model_dir = Path(mount) / MODEL_NAME / MODEL_VERSION
+        model_dir = Path(mount) / MODEL_NAME / source.version
         model_dir.mkdir(parents=True)
-        shutil.copy2(model_path, model_dir / model_path.name)
-        environment = {**os.environ, "AZUREML_MODEL_DIR": str(model_dir), **SERVICE_SETTINGS}
+        shutil.copy2(source.path, model_dir / source.path.name)
+        environment = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
+        environment.update({"AZUREML_MODEL_DIR": str(model_dir), **source.settings()})
         completed = subprocess.run(
-            [sys.executable, "-c", _SCORE_DRIVER, str(code / SCORING_SCRIPT)],
+            [str(python), "-I", "-c", _SCORE_DRIVER, str(code / SCORING_SCRIPT)],
             input=json.dumps(requests),
             capture_output=True,
             text=True,
@@ -295,19 +380,20 @@ def run_scoring_script(code: Path, model_path: Path, requests: list[tuple[str, d
             cwd=mount,
         )
     if completed.returncode != 0:
-        raise AzureMLValidationError(f"score.py failed in a fresh Python:\n{completed.stderr[-2000:]}")
+        raise AzureMLValidationError(f"score.py failed in a fresh Python ({python}):\n{completed.stderr[-2000:]}")
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def _check_scoring(code: Path, model_path: Path) -> list[str]:
+def _check_scoring(code: Path, model: ModelSource | Path, python: str | Path = sys.executable) -> list[str]:
     from onnx_service.model import load_served_model
 
+    source = _source(model)
     images = load_digits().test.images[:8]
     good = (json.dumps({"inputs": images.tolist()}), {"Content-Type": "application/json"})
     bad = (json.dumps({"input": images[0].tolist()}), {"Content-Type": "application/json"})
-    result = run_scoring_script(code, model_path, [good, bad])
+    result = run_scoring_script(code, source, [good, bad], python)
     served, refused = result["answers"]
-    reference = load_served_model(model_path)
+    reference = load_served_model(source.path)
     expected = reference.postprocess(reference.run(images.astype(np.float32)))["predictions"]
     if not Path(result["service_package"]).resolve().is_relative_to(code.resolve()):
         raise AzureMLValidationError(f"score.py imported onnx_service from {result['service_package']}, not from its code folder")
@@ -315,11 +401,46 @@ def _check_scoring(code: Path, model_path: Path) -> list[str]:
         raise AzureMLValidationError(f"score.py answered {served}, the service's model predicts {expected}")
     if refused["status"] != 422 or refused["body"]["error"] != "missing_field":
         raise AzureMLValidationError(f"score.py answered a body without 'inputs' with {refused}, expected 422 missing_field")
+    where = "the course's Python" if Path(python) == Path(sys.executable) else f"the Python of {_shown(Path(result['prefix']))}"
+    checked = f", its sha256 checked by init() ({SHA256_SETTING})" if source.sha256 else ""
     return [
-        f"score.py in a fresh Python, as the inference server runs it: {len(expected)} test images classified exactly as "
-        "onnx_service's model does, with onnx_service imported from the code folder",
-        f"a body without 'inputs' gets {refused['status']} {refused['body']['error']}, the service's answer",
+        f"score.py in a fresh, isolated run of {where}, as the inference server runs it: {len(expected)} test images "
+        f"classified exactly as onnx_service's model does, with onnx_service imported from the code folder{checked}",
+        f"a body without 'inputs' gets {refused['status']} {refused['body']['error']} from score.py, the service's answer",
     ]
+
+
+def conda_pip_requirements(conda_file: Path = DEPLOY_DIR / CONDA_FILE) -> list[str]:
+    """The pip section of conda.yml: what the deployment's image installs besides Python and pip."""
+    dependencies = yaml.safe_load(conda_file.read_text(encoding="utf-8"))["dependencies"]
+    return next(item["pip"] for item in dependencies if isinstance(item, dict) and "pip" in item)
+
+
+def conda_venv(build: Path | None = None, conda_file: Path = DEPLOY_DIR / CONDA_FILE, timeout: float = 900) -> Path:
+    """A virtual environment with conda.yml's pip section and nothing else; returns its python. Needs PyPI or pip's cache.
+
+    Built once under ``build`` (default build/ at the repository root), in a folder named after conda.yml's
+    sha256, so that a changed conda.yml gets a new one; a lock file serializes concurrent builders.
+    """
+    text = conda_file.read_text(encoding="utf-8")
+    wanted = next(item for item in yaml.safe_load(text)["dependencies"] if isinstance(item, str) and item.startswith("python="))
+    running = f"python={sys.version_info.major}.{sys.version_info.minor}"
+    if wanted != running:
+        raise AzureMLValidationError(f"conda.yml asks for {wanted}; this interpreter is {running}: the venv would not be the deployment's")
+    folder = (build or repo_root() / "build") / (VENV_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:12])
+    python, done = folder / "bin" / "python", folder / ".complete"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / (folder.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=120)
+            install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *conda_pip_requirements(conda_file)]
+            completed = subprocess.run(install, capture_output=True, text=True, timeout=timeout)
+            if completed.returncode != 0:
+                raise AzureMLValidationError(f"pip could not install conda.yml's pip section:\n{completed.stderr[-2000:]}")
+            done.write_text("\n".join(conda_pip_requirements(conda_file)) + "\n", encoding="utf-8")
+    return python
 
 
 def _shown(path: Path) -> str:
@@ -340,14 +461,17 @@ def _check_files(assets: AzureMLAssets) -> list[str]:
             f"missing: {', '.join(missing)} (run labsupport.topics.azure_ml.stage_code() after ensure_digits_cnn())"
         )
     validate_scoring_script(assets.deployment)
-    return [f"files present: {', '.join(_shown(path) for path in needed)}; the SDK's syntax check of score.py passed"]
+    listed = [f"the model file ({needed[0].name})", *(_shown(path) for path in needed[1:])]  # a registry's folder names vary
+    return [f"files present: {', '.join(listed)}; the SDK's syntax check of score.py passed"]
 
 
-def validate(folder: Path = DEPLOY_DIR) -> list[str]:
+def validate(folder: Path = DEPLOY_DIR, model: ModelSource | None = None, python: str | Path = sys.executable) -> list[str]:
     """Check everything offline that can be checked without Azure; returns what was checked, raises AzureMLValidationError.
 
-    Stages the code folder and makes the model if needed, loads ``folder``'s YAML files with the SDK's loaders,
-    compares them with ``build_entities``, checks the files and runs score.py. Introduced in notebook 13.
+    Stages the code folder and makes notebook 02's model if needed, loads ``folder``'s YAML files with the SDK's
+    loaders, compares them with ``build_entities`` of that model, checks the files and runs score.py with ``python``
+    on ``model`` (default: the YAML files' model; ``from_registry``: a registry version, its sha256 checked by init()).
+    Introduced in notebook 13.
     """
     model_path = ensure_digits_cnn()
     code = stage_code()
@@ -358,15 +482,20 @@ def validate(folder: Path = DEPLOY_DIR) -> list[str]:
         if expected[kind] != found[kind]:
             raise AzureMLValidationError(f"{YAML_FILES[kind]} says {found[kind]}, the Python entity {expected[kind]}")
     lines.append("the YAML files and the Python entities agree on names, versions, image, size, code and settings")
-    return lines + _check_files(built) + _check_scoring(code, model_path)
+    served = build_entities(model or model_path, code)
+    return lines + _check_files(served) + _check_scoring(code, model or model_path, python)
 
 
 def main() -> int:
-    """``python -m labsupport.topics.azure_ml``: rewrite deploy/azureml's YAML files, then validate them offline."""
+    """``python -m labsupport.topics.azure_ml [--conda-venv]``: rewrite deploy/azureml's YAML files, then validate them offline.
+
+    ``--conda-venv`` first builds the venv of conda.yml's pip section (network or pip's cache) and runs score.py there.
+    """
     for path in write_yaml():
         print(f"wrote {relative(path)}")
+    python = conda_venv() if "--conda-venv" in sys.argv[1:] else sys.executable
     with no_network() as attempts:
-        for line in validate():
+        for line in validate(python=python):
             print(line)
     print(f"network connections attempted: {len(attempts)}")
     return 0 if not attempts else 1

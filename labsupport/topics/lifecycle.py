@@ -7,8 +7,9 @@ MLflow calls it makes are shown first in the notebook); ``Registry.model_path`` 
 whose sha256 differs from the one recorded; ``gate`` re-runs the candidate and the champion on the same
 split and refuses a version that fails a parity, accuracy or latency budget, that a rollback took out
 of production, or whose records cannot be read (it fails closed); ``promote`` moves the ``champion``
-alias through that gate, ``rollback`` to a named version gated on that version's own evidence only
-(``rollback_gate``); ``routing_document``, ``push_routing`` and ``verify_served`` hand the aliases to
+alias through that gate and records that the version served (``first_champion`` does it for the very first,
+appointed by a person); ``rollback`` restores a named version that served as champion before, gated on that
+version's own evidence only (``rollback_gate``); ``routing_document``, ``push_routing`` and ``verify_served`` hand the aliases to
 the service of ``deploy/service``, which switches without a restart, and check what it loaded.
 """
 
@@ -35,6 +36,8 @@ MODEL_NAME = "digits-classifier"
 EXPERIMENT = "onnx-lab-digits"
 CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous"
 ROLLED_BACK = "rolled_back"  # tag on a version that a rollback took out of production
+SERVED = "served_as_champion"  # tag on a version that was champion (UTC time it last became champion): rollback targets
+SPLIT = "split_sha256"  # tag: the sha256 of the split the recorded accuracy was measured on
 # what MLflow's pyfunc flavour opens the model with; its default lists CUDAExecutionProvider first
 CPU_PROVIDER = "CPUExecutionProvider"
 FOLDER = "lifecycle"
@@ -183,11 +186,21 @@ def version_facts(
         "sha256": sha256_of(model_path),
         "opset": str(opset),
         "accuracy": f"{np.mean(logits.argmax(axis=1) == split.labels):.6f}",
+        SPLIT: split_fingerprint(split),
         "parity": "passed" if report.passed else "failed",
         "description": description,
     }
     parity = {"passed": report.passed, "max_abs": report.max_abs, "max_rel": report.max_rel, "atol": report.atol, "rtol": report.rtol}
     return facts, parity
+
+
+def split_fingerprint(split: Any) -> str:
+    """The sha256 of a split's images and labels: an accuracy is comparable only with one measured on the same split."""
+    import hashlib
+
+    digest = hashlib.sha256(np.ascontiguousarray(split.images).tobytes())
+    digest.update(np.ascontiguousarray(split.labels).tobytes())
+    return digest.hexdigest()
 
 
 def save_reference(registry: Registry, reference_logits: np.ndarray) -> Path:
@@ -263,13 +276,14 @@ class GateReport:
 
     version: str
     checks: list[GateCheck] = field(default_factory=list)
+    action: str = "promoted"  # what the version may be when every check passed ("restored" for a rollback)
 
     @property
     def passed(self) -> bool:
         return bool(self.checks) and all(check.passed for check in self.checks)
 
     def __str__(self) -> str:
-        verdict = "may be promoted" if self.passed else "REFUSED"
+        verdict = f"may be {self.action}" if self.passed else "REFUSED"
         return "\n".join([f"version {self.version}: {verdict}", *(f"  {check}" for check in self.checks)])
 
     def details(self) -> str:
@@ -381,54 +395,98 @@ def gate(registry: Registry, version: str, split: Any, budgets: Budgets = Budget
         return GateReport(version, [GateCheck("records", False, f"could not read or verify the versions ({reason})", reason)])
 
 
+def _crown(registry: Registry, version: str) -> None:
+    """Point ``champion`` at ``version`` and record, in its ``served_as_champion`` tag, that it served (UTC time)."""
+    import datetime
+
+    registry.client.set_registered_model_alias(registry.name, CHAMPION, version)
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    registry.client.set_model_version_tag(registry.name, version, SERVED, now)
+
+
+def first_champion(registry: Registry, version: str) -> None:
+    """A person appoints the very first champion (there is nothing to gate it against); refused when one exists.
+
+    Sets the ``champion`` alias, as ``set_registered_model_alias`` does, and records that the version served,
+    which makes it a possible rollback target later.
+    """
+    current = registry.version_of(CHAMPION)
+    if current is not None:
+        raise ValueError(f"version {current} is champion already: a new champion goes through promote(), an old one through rollback()")
+    registry.client.get_model_version(registry.name, version)  # a version that does not exist raises here
+    _crown(registry, version)
+
+
 def promote(registry: Registry, version: str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
-    """Gate ``version``; when it passes, point ``champion`` at it and ``previous`` at the old champion."""
+    """Gate ``version``; when it passes, point ``champion`` at it (recorded as served) and ``previous`` at the old champion."""
     report = gate(registry, version, split, budgets)
     if report.passed:
         old = registry.version_of(CHAMPION)
         if old and old != version:
             registry.client.set_registered_model_alias(registry.name, PREVIOUS, old)
-        registry.client.set_registered_model_alias(registry.name, CHAMPION, version)
+        _crown(registry, version)
     return report
 
 
 def _rollback_checks(registry: Registry, version: str, split: Any, budgets: Budgets) -> list[GateCheck]:
+    tags = registry.tags(version)
+    served = GateCheck(
+        "served",
+        SERVED in tags,
+        f"served as champion before (a {SERVED!r} tag, set by promote or first_champion): a rollback restores, it never promotes",
+        f"{SERVED}={tags.get(SERVED, 'absent')}",
+    )
+    same_split = GateCheck(
+        "split",
+        tags.get(SPLIT) == split_fingerprint(split),
+        "the split it was registered with (its reference outputs and accuracy were recorded on that split)",
+        f"{SPLIT} recorded {tags.get(SPLIT, 'absent')[:12]}, this split {split_fingerprint(split)[:12]}",
+    )
+    if not same_split.passed:  # nothing recorded can be compared with what this split would measure
+        return [served, same_split]
     checks, _path, accuracy = _own_checks(registry, version, split, budgets)
-    recorded = float(registry.tags(version)["accuracy"])
+    recorded = float(tags["accuracy"])
     floor = max(budgets.min_accuracy, recorded - budgets.max_accuracy_drop)
     rule = (
         f"accuracy >= {budgets.min_accuracy:.0%} and at most {budgets.max_accuracy_drop * 100:g} point(s) below "
         "the accuracy recorded when it was registered (the champion being replaced is not consulted)"
     )
-    return [*checks, GateCheck("accuracy", accuracy >= floor, rule, f"accuracy {accuracy:.2%}, recorded {recorded:.2%}")]
+    return [
+        served,
+        same_split,
+        *checks,
+        GateCheck("accuracy", accuracy >= floor, rule, f"accuracy {accuracy:.2%}, recorded {recorded:.2%}"),
+    ]
 
 
 def rollback_gate(registry: Registry, version: str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
     """The gate of a rollback target, on its own evidence only; fails closed like ``gate``.
 
-    Its registered file must match the recorded sha256, its outputs the reference logged with it, its
-    accuracy on ``split`` the floor and the accuracy recorded with it (within ``max_accuracy_drop``), and
-    it must not carry a ``rolled_back`` tag. The champion being abandoned is never read: a champion that is
-    broken, slower or whose file was damaged cannot block the way back.
+    The target must have served as champion before (its ``served_as_champion`` tag: a version that never
+    served, a refused one or a mistyped number, is refused), its registered file must match the recorded
+    sha256, ``split`` must be the one it was registered with, its outputs the reference logged with it, its
+    accuracy on ``split`` the floor and the accuracy recorded with it (within ``max_accuracy_drop``), and it
+    must not carry a ``rolled_back`` tag. The champion being abandoned is never read: a champion that is broken, slower or whose file was
+    damaged cannot block the way back.
     """
     try:
-        return GateReport(version, _rollback_checks(registry, version, split, budgets))
+        return GateReport(version, _rollback_checks(registry, version, split, budgets), action="restored")
     except Exception as error:
         reason = f"{type(error).__name__}: {error}"
-        return GateReport(version, [GateCheck("records", False, f"could not read or verify the version ({reason})", reason)])
+        return GateReport(version, [GateCheck("records", False, f"could not read or verify the version ({reason})", reason)], "restored")
 
 
 def rollback(registry: Registry, version: str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
-    """Make the named earlier ``version`` the champion again, through ``rollback_gate``; running it twice changes nothing more.
+    """Make ``version``, which served as champion before, the champion again, through ``rollback_gate``; twice changes nothing more.
 
     The version rolled back from is tagged ``rolled_back`` (the gates then refuse it) and loses the
     ``challenger`` alias if it held it; ``previous`` is removed (it named the champion before the
-    promotion that was undone).
+    promotion that was undone). A refused rollback changes nothing.
     """
     report = rollback_gate(registry, version, split, budgets)
     if report.passed:
         current = registry.version_of(CHAMPION)
-        registry.client.set_registered_model_alias(registry.name, CHAMPION, version)
+        _crown(registry, version)
         if current and current != version:
             registry.client.set_model_version_tag(registry.name, current, ROLLED_BACK, "true")
             if registry.version_of(CHALLENGER) == current:
@@ -491,7 +549,7 @@ def verify_served(registry: Registry, served: dict[str, Any]) -> str:
 
 
 def version_table(registry: Registry) -> list[dict[str, object]]:
-    """One row per registered version: description, opset, sha256 prefix, parity verdict, aliases, rolled back or not."""
+    """One row per registered version: description, opset, sha256 prefix, parity verdict, aliases, served as champion, rolled back."""
     found = registry.client.search_model_versions(f"name='{registry.name}'")
     versions = sorted((registry.client.get_model_version(registry.name, v.version) for v in found), key=lambda v: int(v.version))
     return [
@@ -502,6 +560,7 @@ def version_table(registry: Registry) -> list[dict[str, object]]:
             "sha256": v.tags.get("sha256", "")[:12],
             "parity": v.tags.get("parity"),
             "aliases": ", ".join(sorted(v.aliases)) or "-",
+            "served": "yes" if SERVED in v.tags else "-",
             "rolled back": "yes" if v.tags.get(ROLLED_BACK) == "true" else "-",
         }
         for v in versions

@@ -43,6 +43,12 @@ def registry(tmp_path_factory, split, reference):
     return registry
 
 
+def _appoint(registry, version):
+    """A champion set by hand, recorded as served (what first_champion does on a registry that has none yet)."""
+    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, version)
+    registry.client.set_model_version_tag(registry.name, version, lifecycle.SERVED, "set by the test")
+
+
 def test_mlflow_stays_offline_and_local(registry):
     assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "true" and os.environ["DO_NOT_TRACK"] == "true"
     assert (registry.folder / "mlflow.db").is_file() and (registry.folder / "mlruns").is_dir()
@@ -130,12 +136,13 @@ def test_a_tampered_registered_file_is_refused(tmp_path, split, reference):
 
 def test_promote_then_roll_back_to_a_named_version_through_the_gate(registry, split):
     cnn, optimized, mislabeled = registry.built["cnn"], registry.built["optimized"], registry.built["mislabeled"]
-    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, cnn)
+    _appoint(registry, cnn)
     assert lifecycle.promote(registry, optimized, split).passed
     assert (registry.version_of(lifecycle.CHAMPION), registry.version_of(lifecycle.PREVIOUS)) == (optimized, cnn)
     assert not lifecycle.rollback(registry, mislabeled, split).passed  # a rollback target passes the gate too
     assert registry.version_of(lifecycle.CHAMPION) == optimized
-    assert lifecycle.rollback(registry, cnn, split).passed
+    restored = lifecycle.rollback(registry, cnn, split)
+    assert restored.passed and "version 1: may be restored" in str(restored)
     assert (registry.version_of(lifecycle.CHAMPION), registry.version_of(lifecycle.PREVIOUS)) == (cnn, None)
     assert lifecycle.rollback(registry, cnn, split).passed  # again: not a toggle, the champion stays
     assert registry.version_of(lifecycle.CHAMPION) == cnn
@@ -206,15 +213,18 @@ def test_a_rollback_is_gated_on_the_target_alone(tmp_path, split, reference):
     old = lifecycle.log_version(registry, older, lifecycle._logits(older, split.images), split, "older, less accurate")
     cnn = lifecycle.log_version(registry, ensure_digits_cnn(), reference, split, "digits CNN")
     optimized = lifecycle.log_version(registry, lifecycle.optimized_copy(ensure_digits_cnn(), tmp_path / "o.onnx"), reference, split, "opt")
-    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, old)
+    lifecycle.first_champion(registry, old)
+    with pytest.raises(ValueError, match="version 1 is champion already"):
+        lifecycle.first_champion(registry, cnn)
     assert lifecycle.promote(registry, cnn, split).passed
     # the new champion is better offline but broken in production: back to the older, less accurate one
     report = lifecycle.rollback(registry, old, split)
     assert report.passed, str(report)
     assert registry.version_of(lifecycle.CHAMPION) == old and "champion being replaced is not consulted" in str(report)
     # a champion whose registered file was damaged: promotion fails closed, a rollback still gets out
-    registry.client.set_model_version_tag(registry.name, cnn, lifecycle.ROLLED_BACK, "false")  # so that the rollback must set it
-    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, cnn)
+    registry.client.delete_model_version_tag(registry.name, cnn, lifecycle.ROLLED_BACK)  # a person clears it
+    assert lifecycle.promote(registry, optimized, split).passed  # optimized serves once: a rollback target from now on
+    assert lifecycle.promote(registry, cnn, split).passed
     damaged = registry.model_path(cnn)
     damaged.write_bytes(damaged.read_bytes() + b"\0")
     refused = lifecycle.promote(registry, optimized, split)
@@ -229,11 +239,34 @@ def test_a_rollback_is_gated_on_the_target_alone(tmp_path, split, reference):
     assert registry.version_of(lifecycle.CHAMPION) == optimized
 
 
+def test_a_rollback_never_promotes_a_version_that_did_not_serve(tmp_path, split, reference):
+    """The review's back door: a version promote refused became champion through rollback, and the good one was locked out."""
+    import types
+
+    registry = lifecycle.open_registry(tmp_path / "store", fresh=True)
+    cnn = lifecycle.log_version(registry, ensure_digits_cnn(), reference, split, "digits CNN")
+    worse = _less_accurate_copy(ensure_digits_cnn(), tmp_path / "worse.onnx", split)
+    refused_version = lifecycle.log_version(registry, worse, lifecycle._logits(worse, split.images), split, "re-export, less accurate")
+    lifecycle.first_champion(registry, cnn)
+    assert [c.name for c in lifecycle.promote(registry, refused_version, split).checks if not c.passed] == ["accuracy"]
+    for target, reason in ((refused_version, "FAIL served"), ("21", "not found"), ("l", "must be an integer")):  # refused; typos
+        report = lifecycle.rollback(registry, target, split)
+        assert not report.passed and reason in str(report), str(report)
+        assert registry.version_of(lifecycle.CHAMPION) == cnn
+    assert "served_as_champion=absent" in lifecycle.rollback_gate(registry, refused_version, split).details()
+    assert lifecycle.ROLLED_BACK not in registry.tags(cnn)  # the good champion is not locked out
+    assert lifecycle.gate(registry, cnn, split).passed and lifecycle.rollback(registry, cnn, split).passed
+    # an accuracy recorded on one split is not compared with one measured on another
+    for other in (split.images[:300], split.labels[:300]), (split.images[::-1], split.labels[::-1]):  # fewer; the same, reordered
+        report = lifecycle.rollback(registry, cnn, types.SimpleNamespace(images=other[0], labels=other[1]))
+        assert [c.name for c in report.checks if not c.passed] == ["split"], str(report)
+
+
 def test_a_rolled_back_version_cannot_come_back_quietly(registry, split):
     cnn, optimized = registry.built["cnn"], registry.built["optimized"]
     for version in (cnn, optimized):
         registry.client.delete_model_version_tag(registry.name, version, lifecycle.ROLLED_BACK)
-    registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, cnn)
+    _appoint(registry, cnn)
     registry.client.set_registered_model_alias(registry.name, lifecycle.CHALLENGER, optimized)
     assert lifecycle.promote(registry, optimized, split).passed
     assert lifecycle.rollback(registry, cnn, split).passed

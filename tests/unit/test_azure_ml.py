@@ -171,3 +171,40 @@ def test_the_deployment_names_what_the_readme_of_deploy_azureml_documents():
     readme = (repo_root() / "deploy" / "azureml" / "README.md").read_text(encoding="utf-8")
     for name in (azure_ml.ENDPOINT_NAME, azure_ml.INSTANCE_TYPE, azure_ml.BASE_IMAGE, azure_ml.DEPLOYMENT_NAME):
         assert name in readme
+
+
+class _FakeRegistry:
+    """The three calls ``from_registry`` makes on a lifecycle.Registry, for version 4 of a store."""
+
+    name = "digits-classifier"
+
+    def __init__(self, path):
+        self.path = path
+
+    def version_of(self, alias):
+        return "4" if alias == "champion" else None
+
+    def model_path(self, version):
+        return self.path
+
+    def tags(self, version):
+        return {"sha256": "ab" * 32, "run_id": "r123", "accuracy": "0.99"}
+
+
+def test_a_registry_version_keeps_its_number_sha256_and_run_id_on_azure(tmp_path):
+    source = azure_ml.from_registry(_FakeRegistry(ensure_digits_cnn()))
+    assets = azure_ml.build_entities(source, tmp_path)
+    assert (assets.model.version, str(assets.deployment.model)) == ("4", "azureml:onnx-lab-digits-cnn:4")
+    assert assets.model.tags["sha256"] == "ab" * 32 and assets.model.tags["mlflow_version"] == "4" and assets.model.tags["run_id"] == "r123"
+    assert assets.deployment.environment_variables[azure_ml.SHA256_SETTING] == "ab" * 32  # score.py's init() checks the file
+    with pytest.raises(KeyError, match="no 'challenger' alias"):
+        azure_ml.from_registry(_FakeRegistry(ensure_digits_cnn()), "challenger")
+    plain = azure_ml.build_entities(ensure_digits_cnn(), tmp_path)  # notebook 02's file, as model.yml: no sha256 to check
+    assert plain.model.version == "1" and azure_ml.SHA256_SETTING not in plain.deployment.environment_variables
+
+
+def test_the_deployment_runs_one_worker_and_one_request_per_vcpu():
+    deployment = azure_ml.yaml_documents()["deployment"]
+    assert deployment["environment_variables"]["WORKER_COUNT"] == str(azure_ml.WORKERS) == "4"
+    assert deployment["environment_variables"]["ONNX_SERVICE_THREADS"] == "1"
+    assert deployment["request_settings"] == {"max_concurrent_requests_per_instance": 4}

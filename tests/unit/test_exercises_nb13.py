@@ -207,3 +207,72 @@ def test_q3_accepts_the_budget_written_either_way():
     }.items():
         outcome = q3.evaluate(_gate(floor, drop))
         assert outcome.status == "correct", (name, outcome.message)
+
+
+def _sha_route(key_of=lambda key: key, encoding="utf-8", digits=slice(0, 4), below=lambda bucket, percent: bucket < percent):
+    """A route(key, percent) built like the service's, with one part changed (the wrong answers below change one each)."""
+
+    def route(key, percent):
+        if not key or not percent:
+            return "champion"
+        bucket = int.from_bytes(hashlib.sha256(key_of(key).encode(encoding, "replace")).digest()[digits], "big") % 100
+        return "challenger" if below(bucket, percent) else "champion"
+
+    return route
+
+
+def test_q1_rejects_routes_that_change_the_key_before_hashing():
+    """The service hashes the key as sent: 'User-7' and 'user-7' are different users (buckets 13 and 40)."""
+    import unicodedata
+
+    cases = {
+        "lower-cased": _sha_route(key_of=lambda key: key.strip().lower()),
+        "lower-cased only": _sha_route(key_of=str.lower),
+        "stripped only": _sha_route(key_of=str.strip),
+        "NFC-normalised": _sha_route(key_of=lambda key: unicodedata.normalize("NFC", key)),
+    }
+    for name, wrong in cases.items():
+        outcome = q1.evaluate(wrong)
+        assert outcome.status == "incorrect", name
+        assert "the service sends that key to" in outcome.message and "hashed exactly as sent" in outcome.message, (name, outcome.message)
+
+
+def test_q1_rejects_three_more_wrong_routes_and_accepts_an_equivalent_one():
+    cases = {
+        "bucket <= percent (one bucket too many)": _sha_route(below=lambda bucket, percent: bucket <= percent),
+        "latin-1 instead of UTF-8 (differs on non-ASCII keys only)": _sha_route(encoding="latin-1"),
+        "the last 4 bytes of the digest": _sha_route(digits=slice(-4, None)),
+    }
+    for name, wrong in cases.items():
+        assert q1.evaluate(wrong).status == "incorrect", name
+
+    def hex_prefix(key, percent):  # the first 8 hex digits are the first 4 bytes, big-endian: the same bucket
+        bucket = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 100
+        return "challenger" if key and bucket < percent else "champion"
+
+    assert q1.evaluate(hex_prefix).status == "correct"
+
+
+def test_q2_never_says_the_service_accepts_a_sha256_nobody_computed():
+    good = {"versions": VERSIONS, "aliases": {"champion": "2", "challenger": "3"}, "challenger_percent": 25, "shadow": "3"}
+    zeros = {name: {"path": path, "sha256": "0" * 64} for name, path in VERSIONS.items()}
+    one = {**VERSIONS, "3": {"path": VERSIONS["3"], "sha256": "ab" * 32}}
+    for versions in (zeros, one):
+        outcome = q2.evaluate({**good, "versions": versions})
+        assert outcome.status == "incorrect" and "refuses the whole document when one differs" in outcome.message, outcome.message
+        assert "accepts" not in outcome.message
+    paths_as_dicts = {name: {"path": path} for name, path in VERSIONS.items()}  # the shape section 5 sends, without digests
+    assert q2.evaluate({**good, "versions": paths_as_dicts}).status == "correct"
+    assert "refuses the document if one is missing" in q2.evaluate(good).message
+
+
+def test_q2_rejects_three_more_wrong_documents():
+    good = {"versions": VERSIONS, "aliases": {"champion": "2", "challenger": "3"}, "challenger_percent": 25, "shadow": "3"}
+    cases = {
+        "the shadow's share as the split (75)": ({**good, "challenger_percent": 75}, "25"),
+        "the champion shadowing itself": ({**good, "shadow": "2"}, '"shadow": "3"'),
+        "a third alias": ({**good, "aliases": {**good["aliases"], "previous": "2"}}, "would refuse"),
+    }
+    for name, (document, reason) in cases.items():
+        outcome = q2.evaluate(document)
+        assert outcome.status == "incorrect" and reason in outcome.message, (name, outcome.message)

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import numpy as np
-from starlette.requests import ClientDisconnect
 
 from .model import InputContract
 
@@ -83,6 +82,9 @@ async def read_body(request: Any, limit: int) -> bytes:
             raise RequestError(400, "bad_content_length", f"Content-Length {excerpt(declared)} is not a number") from None
         if size > limit:
             raise RequestError(413, "body_too_large", f"the body has {size} bytes; the maximum is {limit} bytes (send smaller batches)")
+    # imported here, not at module level: score.py (deploy/azureml) imports this module where starlette is not installed
+    from starlette.requests import ClientDisconnect
+
     chunks, total = [], 0
     try:
         async for chunk in request.stream():
