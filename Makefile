@@ -33,7 +33,7 @@ KERNEL_NOTEBOOKS := $(addprefix notebooks/,01_graphs_by_hand.ipynb 02_from_pytor
 KERNEL_TEST_NOTEBOOKS := $(addprefix notebooks/,02_from_pytorch.ipynb 06_quantization.ipynb 09_deploy_edge.ipynb)
 KERNEL_VARIANTS := u8u8 qdq-float no-layout
 
-.PHONY: lab test lint unit portability ort-headers test-latest bench doctor nav js-deps web serve docs docs-serve student hub clean help
+.PHONY: lab test lint unit portability ort-headers test-latest bench doctor reinstall nav js-deps web serve docs docs-serve student hub clean help
 
 help:
 	@echo "make lab          create .venv if needed and open JupyterLab on notebooks/ (PORT=$(PORT), NO_BROWSER=1 on a server)"
@@ -42,7 +42,8 @@ help:
 	@echo "make lint         ruff check and ruff format --check (make test runs it first)"
 	@echo "make portability  the notebooks under other CPUs' kernels: ONNX Runtime's (labsupport/course/kernels.py), PyTorch's, TensorFlow's, NumPy's (labsupport/course/lanes.py)"
 	@echo "make bench        headless benchmarks (ratios measured in one run), JSON under artifacts/"
-	@echo "make doctor       check the environment and say what is wrong"
+	@echo "make doctor       check the environment of .venv and say what is wrong (on Binder or a hub: python -m labsupport doctor)"
+	@echo "make reinstall    reinstall the pinned environment into .venv (after a package was upgraded or removed by hand)"
 	@echo "make web          serve the browser demo of notebook 09 on http://127.0.0.1:8000"
 	@echo "make serve        run the inference service of notebook 08 on http://127.0.0.1:8080"
 	@echo "make docs         build the course website from the committed notebooks into $(SITE) (fails on any warning; SITE_HUB=URL adds hub links)"
@@ -118,6 +119,11 @@ bench: $(STAMP)
 
 doctor: $(STAMP)
 	@$(BIN)/python -m labsupport doctor
+
+# the stamp is up to date after a package was changed by hand: remove it so that pip installs the pins again
+reinstall:
+	@rm -f $(STAMP)
+	@$(MAKE) --no-print-directory $(STAMP)
 
 nav: $(STAMP)
 	@$(BIN)/python -m labsupport.maintain.navigation

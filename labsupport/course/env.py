@@ -27,9 +27,11 @@ PYTHON_SERIES = (3, 11)
 # Set by `make test-latest`: newer releases than the pins are accepted (missing packages are still problems).
 UNPINNED_ENV_VAR = "ONNX_LAB_UNPINNED"
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)\s*(?:;\s*([^#]+))?")
+# make lab/test/doctor reinstall only when requirements.txt changes, never after a package was changed by hand
 FIX_HINT = (
-    "run `make lab` (or `make test`) from the repo root to (re)install the pinned environment in .venv; "
-    "on Binder or JupyterHub the environment comes from binder/, so tell whoever runs the hub"
+    "reinstall the pins: `make reinstall` in a `make lab` checkout, or `%pip install -r ../requirements.txt` in a "
+    "notebook (the kernel's own Python), then restart the kernel; on Binder or JupyterHub the environment comes "
+    "from binder/, so tell whoever runs the hub"
 )
 # the course's own packages under deploy/, which requirements.txt cannot pin: 00's CPU report, 08, 09 and 13 import them
 DEPLOY_PACKAGES = {"onnx-service": "deploy/service", "onnx-web-demo": "deploy/web"}

@@ -21,7 +21,7 @@ def test_check_versions_names_missing_and_wrong_packages(monkeypatch):
     problems = env.check_versions(["numpy", "surely-not-installed-pkg"], {"numpy": "0.0.1", "surely-not-installed-pkg": "1.0"})
     assert any("numpy" in p and "pins 0.0.1" in p for p in problems)
     assert any("surely-not-installed-pkg is not installed" in p for p in problems)
-    assert all("make lab" in p for p in problems)
+    assert all("make reinstall" in p and "pip install -r" in p for p in problems)
     assert env.check_versions(["numpy"]) == []
 
 
