@@ -39,7 +39,7 @@ LOADED_NOTEBOOKS := $(addprefix notebooks/,05_runtime_and_providers.ipynb 06_qua
 LOADED_TESTS := tests/unit $(wildcard tests/integration/test_service*.py) $(addprefix tests/integration/,test_runtime_bench.py \
   test_quantization_bench.py test_lifecycle.py test_hub.py test_jupyterlab.py test_node.py test_web.py)
 
-.PHONY: lab test test-loaded lint unit portability ort-headers test-latest bench doctor nav js-deps web serve docs docs-serve student hub clean help
+.PHONY: lab test test-loaded lint unit portability ort-headers test-latest bench doctor reinstall nav js-deps web serve docs docs-serve student hub clean help
 
 help:
 	@echo "make lab          create .venv if needed and open JupyterLab on notebooks/ (PORT=$(PORT), NO_BROWSER=1 on a server)"
@@ -49,7 +49,8 @@ help:
 	@echo "make portability  the notebooks under other CPUs' kernels: ONNX Runtime's (labsupport/course/kernels.py), PyTorch's, TensorFlow's, NumPy's (labsupport/course/lanes.py), then make test-loaded"
 	@echo "make test-loaded  the timing notebooks and the tests of threads, queues and time with CPU burners beside them (stress-ng)"
 	@echo "make bench        headless benchmarks (ratios measured in one run), JSON under artifacts/"
-	@echo "make doctor       check the environment and say what is wrong"
+	@echo "make doctor       check the environment of .venv and say what is wrong (on Binder or a hub: python -m labsupport doctor)"
+	@echo "make reinstall    reinstall the pinned environment into .venv (after a package was upgraded or removed by hand)"
 	@echo "make web          serve the browser demo of notebook 09 on http://127.0.0.1:8000"
 	@echo "make serve        run the inference service of notebook 08 on http://127.0.0.1:8080"
 	@echo "make docs         build the course website from the committed notebooks into $(SITE) (fails on any warning; SITE_HUB=URL adds hub links)"
@@ -130,6 +131,11 @@ bench: $(STAMP)
 
 doctor: $(STAMP)
 	@$(BIN)/python -m labsupport doctor
+
+# the stamp is up to date after a package was changed by hand: remove it so that pip installs the pins again
+reinstall:
+	@rm -f $(STAMP)
+	@$(MAKE) --no-print-directory $(STAMP)
 
 nav: $(STAMP)
 	@$(BIN)/python -m labsupport.maintain.navigation

@@ -82,6 +82,13 @@ def _worst_index(diff: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, diff.shape))
 
 
+def _argmax_agreement(want: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> float:
+    """Share of rows where the class ``got`` picks is, in ``want``, within tolerance of ``want``'s best score."""
+    best = want.max(axis=-1)
+    picked = np.take_along_axis(want, got.argmax(axis=-1)[..., None], axis=-1)[..., 0]
+    return float(np.mean(picked >= best - (atol + rtol * np.abs(best))))
+
+
 def compare(
     expected: ArrayLike,
     actual: ArrayLike,
@@ -93,11 +100,13 @@ def compare(
     min_agreement: float = 1.0,
     raise_on_failure: bool = True,
 ) -> ParityReport:
-    """Compare two outputs element-wise (``|a-e| <= atol + rtol*|e|``) and, for 2-D scores, argmax agreement.
+    """Compare two outputs element-wise (``|a-e| <= atol + rtol*|e|``) and, for class scores, argmax agreement.
 
-    ``classifier`` defaults to True for 2-D inputs with more than one column; then at least
-    ``min_agreement`` of the rows must pick the same class. Raises ParityError on failure unless
-    ``raise_on_failure=False``.
+    ``classifier`` defaults to True for any 2-D input with more than one column, which ``compare`` cannot
+    tell from a weight matrix or a layer's activations: pass ``classifier=False`` for those. A row agrees
+    when the class ``actual`` picks scores, in ``expected``, within tolerance of the best (a tie is no
+    disagreement); at least ``min_agreement`` of the rows must agree. Raises ParityError on failure
+    unless ``raise_on_failure=False``.
     """
     want = _as_float_array(expected, "expected")
     got = _as_float_array(actual, "actual")
@@ -116,7 +125,7 @@ def compare(
         classifier = want.ndim == 2 and want.shape[1] > 1
     agreement = None
     if classifier:
-        agreement = float(np.mean(want.argmax(axis=-1) == got.argmax(axis=-1)))
+        agreement = _argmax_agreement(want, got, atol, rtol)
         within = within and agreement >= min_agreement
     report = ParityReport(name, int(want.size), max_abs, max_rel, atol, rtol, agreement, within)
     if raise_on_failure and not within:

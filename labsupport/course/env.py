@@ -27,9 +27,11 @@ PYTHON_SERIES = (3, 11)
 # Set by `make test-latest`: newer releases than the pins are accepted (missing packages are still problems).
 UNPINNED_ENV_VAR = "ONNX_LAB_UNPINNED"
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)\s*(?:;\s*([^#]+))?")
+# make lab/test/doctor reinstall only when requirements.txt changes, never after a package was changed by hand
 FIX_HINT = (
-    "run `make lab` (or `make test`) from the repo root to (re)install the pinned environment in .venv; "
-    "on Binder or JupyterHub the environment comes from binder/, so tell whoever runs the hub"
+    "reinstall the pins: `make reinstall` in a `make lab` checkout, or `%pip install -r ../requirements.txt` in a "
+    "notebook (the kernel's own Python), then restart the kernel; on Binder or JupyterHub the environment comes "
+    "from binder/, so tell whoever runs the hub"
 )
 # the course's own packages under deploy/, which requirements.txt cannot pin: 00's CPU report, 08, 09 and 13 import them
 DEPLOY_PACKAGES = {"onnx-service": "deploy/service", "onnx-web-demo": "deploy/web"}
@@ -83,6 +85,7 @@ class EnvReport:
     packages: dict[str, str | None]
     providers: list[str]
     problems: list[str] = field(default_factory=list)
+    sections: dict[str, str] = field(default_factory=dict)  # package -> what the course needs it for
     usable_cpus: int = 0  # what affinity and the cgroup quota leave of cpu_count (08 sizes thread pools by it)
     cpu_limits: str = ""
 
@@ -92,11 +95,14 @@ class EnvReport:
 
     def __str__(self) -> str:
         width = max(map(len, self.packages), default=10)
-        lines = [
-            f"Python {self.python} on {self.platform}, {self.cpu_limits or f'{self.cpu_count} CPU cores'}",
-            *(f"  {name:<{width}}  {version or 'MISSING'}" for name, version in self.packages.items()),
-            f"ONNX Runtime providers: {', '.join(self.providers) or 'none (onnxruntime missing)'}",
-        ]
+        lines = [f"Python {self.python} on {self.platform}, {self.cpu_limits or f'{self.cpu_count} CPU cores'}"]
+        heading = None
+        for name, version in self.packages.items():
+            if self.sections.get(name, "") != heading:
+                heading = self.sections.get(name, "")
+                lines.append(f"{heading or 'other'}:")
+            lines.append(f"  {name:<{width}}  {version or 'MISSING'}")
+        lines.append(f"ONNX Runtime providers: {', '.join(self.providers) or 'none (onnxruntime missing)'}")
         lines += [f"PROBLEM: {problem}" for problem in self.problems] or ["All checks passed."]
         return "\n".join(lines)
 
@@ -142,6 +148,22 @@ def cpu_budget() -> CpuBudget:
     return budget()
 
 
+_SECTION = re.compile(r"^#\s*---\s*(.+?)\s*---\s*$")
+
+
+def pinned_sections(requirements: Path | None = None) -> dict[str, str]:
+    """``{package: section}``: the ``# --- section ---`` heading of requirements.txt each pin stands under."""
+    path = requirements or repo_root() / "requirements.txt"
+    sections: dict[str, str] = {}
+    heading = ""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if found := _SECTION.match(line):
+            heading = found.group(1)
+        elif match := _PIN.match(line):
+            sections[_normalize(match.group(1))] = heading
+    return sections
+
+
 def report(show: bool = True) -> EnvReport:
     """Versions of every course package, Python, ORT providers and CPU counts; printed unless show=False."""
     pins = pinned_versions()
@@ -169,6 +191,7 @@ def report(show: bool = True) -> EnvReport:
         platform=f"{platform.system()} {platform.machine()}",
         cpu_count=cpus.host if cpus else os.cpu_count() or 1,
         packages={name: installed_version(name) for name in pins},
+        sections=pinned_sections(),
         providers=_providers(),
         problems=problems,
         usable_cpus=cpus.usable if cpus else 0,

@@ -10,13 +10,15 @@ from labsupport.exercises.checks import expect_value, whole_number
 
 # a bright image (its maximum is 16) and a faint one (maximum 8): dividing by the image's own maximum fails the second
 SCALE_INPUTS = (np.array([[0, 8, 16], [4, 12, 2]], dtype=np.uint8), np.array([[0, 4, 8]], dtype=np.uint8))
+for _raw in SCALE_INPUTS:
+    _raw.setflags(write=False)  # the answer gets a copy: an in-place answer cannot change what later checks feed
 
 
 def _check_scale(scale) -> str:
     if not callable(scale):
         raise Incorrect(f"expected a function pixels -> array, got {type(scale).__name__}")
     for raw in SCALE_INPUTS:
-        _check_scaled(raw, scale(raw))
+        _check_scaled(raw, scale(raw.copy()))
     return "pixels 0..16 map to float32 0..1"
 
 
@@ -28,16 +30,22 @@ def _check_scaled(raw: np.ndarray, result: object) -> None:
         raise Incorrect(f"the output shape must equal the input's {raw.shape}, got {out.shape}")
     if not np.allclose(out, raw / PIXEL_MAX):
         row = next(i for i in range(len(raw)) if not np.allclose(out[i], raw[i] / PIXEL_MAX))
-        shown = f"for the row {raw[row].tolist()} it gave {_rounded(out[row])}, expected {_rounded(raw[row] / PIXEL_MAX)}"
+        gap = float(np.max(np.abs(out[row] - raw[row] / PIXEL_MAX)))
+        shown = (
+            f"for the row {raw[row].tolist()} it gave {_rounded(out[row])}, expected {_rounded(raw[row] / PIXEL_MAX)} "
+            f"(largest difference {gap:.2g})"
+        )
         if raw[row].max() < PIXEL_MAX:
             shown += f"; divide by the fixed maximum {PIXEL_MAX:g}, not by this image's (or row's) own maximum or range"
         raise Incorrect(f"pixels 0..{PIXEL_MAX:g} must map to 0..1: {shown}")
     if out.dtype != np.float32:
-        raise Incorrect(f"the output must be float32 (what ONNX models take), got {out.dtype}")
+        container = "; a Python list has no float32 dtype, return a NumPy array" if isinstance(result, (list, tuple)) else ""
+        raise Incorrect(f"the output must be float32 (what ONNX models take), got {out.dtype}{container}")
 
 
-def _rounded(values: np.ndarray) -> list[float]:
-    return [round(float(v), 4) for v in values]
+def _rounded(values: np.ndarray) -> str:
+    """The values to float32's 7 significant digits: a difference the check sees is a difference the message shows."""
+    return "[" + ", ".join(f"{float(v):.7g}" for v in values) + "]"
 
 
 COUNTED_DIGIT = 8  # the one digit whose test count no other digit shares

@@ -131,6 +131,17 @@ def _single_input(model: onnx.ModelProto, name: str, features: int) -> None:
         raise Incorrect(f"the second dimension of {name!r} must be {features}")
 
 
+def _dynamic_batch_output(model: onnx.ModelProto, name: str) -> None:
+    """``Incorrect`` when output ``name`` declares a fixed first dimension: ORT only logs the mismatch, a consumer trusts it."""
+    dims = next(v for v in model.graph.output if v.name == name).type.tensor_type.shape.dim
+    if dims and dims[0].HasField("dim_value"):
+        declared = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+        raise Incorrect(
+            f"the output {name!r} is declared {declared}, a batch fixed to {dims[0].dim_value}; give it the same "
+            'symbolic batch as the input, e.g. ["batch", 4] (session.get_outputs() reports what you declare)'
+        )
+
+
 def _matmul_weights(model: onnx.ModelProto) -> list[np.ndarray]:
     """The constant right-hand operands of the graph's MatMul and Gemm nodes (Gemm's ``transB`` undone)."""
     constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -149,8 +160,9 @@ def _expect_weight(model: onnx.ModelProto, weight: np.ndarray) -> None:
     """``Incorrect`` unless the matrix product multiplies by ``weight`` unchanged (softmax hides a constant added to W)."""
     if not any(np.array_equal(found, weight) for found in _matmul_weights(model)):
         raise Incorrect(
-            f"the MatMul (or Gemm) does not multiply by Q1_WEIGHT unchanged (shape {weight.shape}): the probabilities can "
-            "still agree, since softmax ignores a constant added to every logit of a row; store exactly the given W and use it"
+            f"no MatMul or Gemm node multiplies by Q1_WEIGHT unchanged (shape {weight.shape}): store the given W as an "
+            "initializer and multiply by it with a MatMul or Gemm node, which is where the checker reads the weight (the "
+            "probabilities alone can agree, since softmax ignores a constant added to every logit of a row)"
         )
 
 
@@ -161,6 +173,7 @@ def _check_q1(answer: object) -> str:
     outputs = [v.name for v in model.graph.output]
     if outputs != ["probs"]:
         raise Incorrect(f"the model must have one output named 'probs', it has {outputs}")
+    _dynamic_batch_output(model, "probs")
     session = _runtime_session(model)
     for batch in (1, 5):
         x = _rng().standard_normal((batch, 6)).astype(np.float32)

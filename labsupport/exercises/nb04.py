@@ -54,8 +54,12 @@ def _check_outputs(session, feeds, model, features) -> str:
             f"the second output should be the (N, classes) probabilities, found {outputs[1].name} with shape {outputs[1].shape} "
             f"(outputs {[o.name for o in outputs]}); convert with options={{'zipmap': False}}"
         )
+    names = [o.name for o in outputs[:2]]  # extra outputs (class labels) are fine
+    first_row = {name: value[:1] for name, value in feeds.items()}
+    with blame_answer("running the model on a single row failed (is the batch dimension None?)"):
+        session.run(names, first_row)
     with blame_answer("running the model failed"):
-        labels, probabilities = session.run([o.name for o in outputs[:2]], feeds)  # extra outputs (class labels) are fine
+        labels, probabilities = session.run(names, feeds)
     expected_labels = model.predict(features)
     if np.shape(labels) != expected_labels.shape:
         raise Incorrect(f"the labels have shape {np.shape(labels)}; scikit-learn gives {expected_labels.shape}")

@@ -15,6 +15,7 @@ DOMAIN_FUNCTIONS = "course.fn"
 # small and large values of both signs (a body right only on [-2, 3] must fail), then a random batch
 _EDGES = np.array([[-1e3, -10.0, -2.0, -0.5, 0.0, 0.25], [0.5, 1.0, 3.0, 7.5, 10.0, 1e3]], dtype=np.float32)
 _INPUT = np.concatenate([_EDGES, np.random.default_rng(10).normal(0, 20, size=(6, 6)).astype(np.float32)])
+_INPUT.setflags(write=False)  # the learner's op gets a copy: an in-place answer cannot change what later checks feed
 
 
 def squared_relu(x: np.ndarray) -> np.ndarray:
@@ -45,7 +46,7 @@ def _check_reference_op(op_class) -> str:
             f"(got {op_class.__name__} in {getattr(op_class, 'op_domain', '')!r})"
         )
     with blame_answer("the reference evaluator cannot run your op"):
-        result = np.asarray(ReferenceEvaluator(_single_node_model(DOMAIN_CUSTOM), new_ops=[op_class]).run(None, {"x": _INPUT})[0])
+        result = np.asarray(ReferenceEvaluator(_single_node_model(DOMAIN_CUSTOM), new_ops=[op_class]).run(None, {"x": _INPUT.copy()})[0])
     if result.dtype != np.float32:
         raise Incorrect(f"the output must keep the input's dtype float32, got {result.dtype}")
     expect_close(squared_relu(_INPUT), result, what="SquaredRelu's outputs", atol=1e-6)
@@ -75,7 +76,7 @@ def _check_function(function) -> str:
         onnx.checker.check_model(model, full_check=True)
     session = onnx_session(model)
     with blame_answer("ONNX Runtime cannot run your function"):
-        result = session.run(None, {"x": _INPUT})[0]
+        result = session.run(None, {"x": _INPUT.copy()})[0]
     expect_close(squared_relu(_INPUT), result, what="SquaredRelu's outputs in ONNX Runtime", atol=1e-6)
     return f"ONNX Runtime runs your function ({', '.join(node.op_type for node in function.node)})"
 

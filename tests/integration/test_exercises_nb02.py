@@ -15,8 +15,9 @@ BATCH = {"input": {0: torch.export.Dim("batch")}}
 def _export(model: nn.Module, path, **options) -> str:
     options.setdefault("input_names", ["image"])
     options.setdefault("output_names", ["logits"])
+    options.setdefault("external_data", False)
     with quiet_export():
-        torch.onnx.export(model, (torch.rand(2, 1, 8, 8),), path, dynamo=True, external_data=False, verbose=False, **options)
+        torch.onnx.export(model, (torch.rand(2, 1, 8, 8),), path, dynamo=True, verbose=False, **options)
     return str(path)
 
 
@@ -166,3 +167,53 @@ def test_q2_test_batches_lie_on_both_sides_close_to_the_threshold():
     above = [m for m in means if m > nb02.BRIGHT_THRESHOLD]
     below = [m for m in means if m <= nb02.BRIGHT_THRESHOLD]
     assert min(above) - nb02.BRIGHT_THRESHOLD <= 0.0011 and nb02.BRIGHT_THRESHOLD - max(below) <= 0.0011
+
+
+def test_q1_rejects_an_export_in_two_files_and_names_save_for_a_program(tmp_path):
+    path = _export(nb02.exercise_mlp(), tmp_path / "two.onnx", dynamic_shapes=BATCH, external_data=True)
+    outcome = nb02.q1.evaluate(path)
+    assert outcome.status == INCORRECT and "external_data=False" in outcome.message, outcome.message
+    with quiet_export():
+        program = torch.onnx.export(nb02.exercise_mlp(), (torch.rand(2, 1, 8, 8),), dynamo=True, verbose=False)
+    outcome = nb02.q1.evaluate(program)
+    assert outcome.status == INCORRECT and "program.save(path)" in outcome.message, outcome.message
+
+
+class _HardCodedCount(nn.Module):
+    def forward(self, image):
+        return torch.where(image.sum() / 1024 > 0.3, image * 0.5, image)  # 16 images x 64 pixels: right only for 16
+
+
+class _LastImages(nn.Module):
+    def forward(self, image):
+        return torch.where(image[-16:].mean() > 0.3, image * 0.5, image)
+
+
+class _Quartered(nn.Module):
+    def forward(self, image):
+        return torch.where(image.mean() > 0.3, image * 0.25, image)
+
+
+class _Reversed(nn.Module):
+    def forward(self, image):
+        return torch.where(image.mean() < 0.3, image * 0.5, image)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [_HardCodedCount(), _FirstImages(16), _LastImages(), _Quartered(), _Reversed()],
+    ids=["hard-coded-element-count", "first-16-images", "last-16-images", "quartered", "condition-reversed"],
+)
+def test_q2_rejects_answers_right_only_for_16_images_and_other_wrong_branches(wrong):
+    outcome = nb02.q2.evaluate(wrong)
+    assert outcome.status == INCORRECT, outcome.message
+
+
+class _Median(nn.Module):
+    def forward(self, image):
+        return torch.where(image.median() > 0.3, image * 0.5, image)
+
+
+def test_q2_says_which_op_the_exporter_cannot_translate():
+    outcome = nb02.q2.evaluate(_Median())
+    assert outcome.status == INCORRECT and "cannot translate an op" in outcome.message, outcome.message

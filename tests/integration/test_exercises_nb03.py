@@ -117,3 +117,36 @@ def test_q2_accepts_probabilities_beside_another_batch_by_10_output(outputs):
 def test_q2_rejects_wrong_dict_outputs(outputs, reason):
     outcome = q2.evaluate(_dict_function(outputs))
     assert outcome.status == INCORRECT and reason in outcome.message
+
+
+def _probabilities_function(body):
+    model = exercise_model()
+    signature = [tf.TensorSpec((None, 8, 8, 1), tf.float32, name="image")]
+
+    @tf.function(input_signature=signature)
+    def probabilities(image):
+        return body(model, image)
+
+    return tf2onnx.convert.from_function(probabilities, input_signature=signature, opset=18)[0]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda model, image: tf.nn.softmax(1.01 * model(image, training=False)),  # review 4: passed at batch 1
+        lambda model, image: tf.nn.log_softmax(model(image, training=False)),
+        lambda model, image: tf.nn.softmax(model(image, training=True)),  # batch statistics and dropout
+        lambda model, image: tf.sigmoid(model(image, training=False)),
+    ],
+    ids=["temperature-1.01", "log-softmax", "training-mode", "sigmoid"],
+)
+def test_q2_rejects_near_probabilities(body):
+    outcome = q2.evaluate(_probabilities_function(body))
+    assert outcome.status == INCORRECT, outcome.message
+
+
+def test_q1_accepts_keras_own_export_of_the_exercise_model(tmp_path):
+    # review 4: the route section 7 recommends crashed with "The model provided has never called."
+    path = tmp_path / "exported.onnx"
+    exercise_model().export(str(path), format="onnx", verbose=False)
+    assert q1.evaluate(str(path)).status == CORRECT

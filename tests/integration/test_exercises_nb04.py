@@ -82,3 +82,36 @@ def test_q1_rejects_zipmap_columns_with_the_reason():
 def test_q2_reference_uses_the_names_the_notebook_gives():
     assert "frame, churned, table_pipeline = exercise_table()" in q2.solution_code
     assert q2.evaluate(q2.reference_answer()).status == CORRECT
+
+
+def _fixed_batch_of_the_test_split():
+    from skl2onnx.common.data_types import FloatTensorType
+
+    rows = len(load_digits().test.flat)  # 540: exactly what the checker used to run
+    return to_onnx(exercise_pipeline(), initial_types=[("X", FloatTensorType([rows, 64]))], options={"zipmap": False}, target_opset=OPSET)
+
+
+def _refit_on_fewer_rows():
+    from sklearn.base import clone
+
+    train = load_digits().train
+    return to_onnx(
+        clone(exercise_pipeline()).fit(train.flat[:200], train.labels[:200]),
+        train.flat[:1],
+        options={"zipmap": False},
+        target_opset=OPSET,
+    )
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (_fixed_batch_of_the_test_split, "single row failed"),  # review 4: accepted a fixed batch of 540
+        (_refit_on_fewer_rows, "labels agree"),
+        (lambda: to_onnx(exercise_pipeline()[-1], load_digits().train.flat[:1], options={"zipmap": False}), "labels agree"),
+    ],
+    ids=["fixed-batch-540", "refit-on-200-rows", "classifier-without-its-scaler"],
+)
+def test_q1_more_wrong_answers_fail(wrong, reason):
+    outcome = q1.evaluate(wrong())
+    assert outcome.status == INCORRECT and reason in outcome.message, outcome.message

@@ -22,13 +22,26 @@ def test_out_of_tolerance_raises_with_figures():
         compare([1.0, 2.0, 3.0], [1.0, 2.005, 3.0])
 
 
-def test_argmax_disagreement_fails_even_within_tolerance():
-    expected = np.array([[0.5, 0.5000001], [1.0, 0.0]])
-    actual = np.array([[0.5000001, 0.5], [1.0, 0.0]])
+def test_a_tie_within_tolerance_is_no_disagreement():
+    # the review's cases: an all-zero ReLU row and two near-equal scores swapped within tolerance
+    assert compare(np.zeros((1, 3)), np.array([[0, 1e-7, 0]])).argmax_agreement == 1.0
+    assert compare([[1.0, 1.0000001]], [[1.0000001, 1.0]]).passed
+    report = compare(np.array([[0.5, 0.5000001], [1.0, 0.0]]), np.array([[0.5000001, 0.5], [1.0, 0.0]]))
+    assert report.passed and report.argmax_agreement == 1.0
+
+
+def test_argmax_disagreement_counts_rows_that_pick_a_worse_class():
+    expected = np.array([[0.4, 0.6], [1.0, 0.0]])
+    actual = np.array([[0.6, 0.4], [1.0, 0.0]])
     with pytest.raises(ParityError, match=r"argmax agreement 50\.00%"):
         compare(expected, actual)
-    report = compare(expected, actual, min_agreement=0.5)
-    assert report.passed and report.argmax_agreement == 0.5
+    report = compare(expected, actual, min_agreement=0.5, raise_on_failure=False)
+    assert report.argmax_agreement == 0.5 and not report.passed  # the values are out of tolerance too
+
+
+def test_classifier_false_prints_no_agreement_for_a_weight_matrix():
+    weights = np.random.default_rng(1).normal(size=(8, 8))
+    assert "argmax" not in str(compare(weights, weights, classifier=False))
 
 
 def test_no_raise_mode_and_non_classifier():

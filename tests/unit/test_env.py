@@ -21,7 +21,7 @@ def test_check_versions_names_missing_and_wrong_packages(monkeypatch):
     problems = env.check_versions(["numpy", "surely-not-installed-pkg"], {"numpy": "0.0.1", "surely-not-installed-pkg": "1.0"})
     assert any("numpy" in p and "pins 0.0.1" in p for p in problems)
     assert any("surely-not-installed-pkg is not installed" in p for p in problems)
-    assert all("make lab" in p for p in problems)
+    assert all("make reinstall" in p and "pip install -r" in p for p in problems)
     assert env.check_versions(["numpy"]) == []
 
 
@@ -126,3 +126,12 @@ def test_doctor_fails_without_dot_or_the_service_package(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "onnx_service.cpus", None)
     assert labsupport_main(["doctor"]) == 1
     assert "PROBLEM: onnx-service is installed but cannot be imported" in capsys.readouterr().out
+
+
+def test_report_groups_the_packages_under_the_requirements_headings(tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("# --- ONNX core ---\nonnx==1.0\n# a comment\nonnxruntime==2.0\n\n# --- frameworks ---\ntorch==3.0\n")
+    sections = env.pinned_sections(requirements)
+    assert sections == {"onnx": "ONNX core", "onnxruntime": "ONNX core", "torch": "frameworks"}
+    text = str(env.EnvReport("3.11", "Linux", 2, {"onnx": "1.0", "onnxruntime": None, "torch": "3.0"}, [], sections=sections))
+    assert text.splitlines()[1:6] == ["ONNX core:", "  onnx         1.0", "  onnxruntime  MISSING", "frameworks:", "  torch        3.0"]

@@ -72,3 +72,37 @@ def test_q2_rejects_other_splits_and_totals_with_the_reason():
     assert whole.status == INCORRECT and "whole test split" in whole.message
     for wrong in (0, 52.0, "52", True):
         assert nb00.q2.evaluate(wrong).status == INCORRECT, wrong
+
+
+def test_q1_message_shows_the_difference_it_rejects():
+    # review 4: "+1e-6" was rejected with "it gave [0.0, 0.5, 1.0], expected [0.0, 0.5, 1.0]"
+    outcome = nb00.q1.evaluate(lambda p: (np.asarray(p) / 16 + 1e-6).astype(np.float32))
+    assert outcome.status == INCORRECT and "largest difference 1e-06" in outcome.message, outcome.message
+    gave, expected = outcome.message.split(" it gave ")[1].split(", expected ")
+    assert gave != expected.split(" (")[0], outcome.message
+
+
+def test_q1_names_an_array_for_a_list_answer():
+    outcome = nb00.q1.evaluate(lambda p: (np.asarray(p) / 16).astype(np.float32).tolist())
+    assert outcome.status == INCORRECT and "return a NumPy array" in outcome.message, outcome.message
+
+
+def _scale_in_place(pixels):
+    pixels //= 16  # integer division in place: 0 or 1
+    return pixels
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        _scale_in_place,
+        lambda p: np.round(np.asarray(p) / 16, 1).astype(np.float32),  # rounded to one decimal
+        lambda p: (np.asarray(p).T / 16).astype(np.float32).T[::-1],  # rows reversed
+        lambda p: (np.clip(np.asarray(p), 0, 15) / 16).astype(np.float32),  # the brightest pixel lost
+    ],
+    ids=["in-place-floor-division", "rounded", "rows-reversed", "clipped-at-15"],
+)
+def test_q1_rejects_more_wrong_scalers_and_keeps_its_inputs(wrong):
+    assert nb00.q1.evaluate(wrong).status == INCORRECT
+    assert nb00.SCALE_INPUTS[0].tolist() == [[0, 8, 16], [4, 12, 2]]
+    assert nb00.q1.evaluate(lambda p: (np.asarray(p) / 16).astype(np.float32)).status == CORRECT

@@ -14,15 +14,27 @@ from labsupport.exercises.nb01 import Q1_WEIGHT, broken_model, mlp, mystery_mode
 from labsupport.models.contract import IR_VERSION, OPSET
 
 
-def _q1_model(*, softmax: bool = True, batch: object = "batch", weight: np.ndarray = Q1_WEIGHT, axis: int = -1):
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["logits" if softmax else "probs"])]
+def _q1_model(
+    *,
+    softmax: bool = True,
+    batch: object = "batch",
+    weight: np.ndarray = Q1_WEIGHT,
+    axis: int = -1,
+    out_batch: object = None,
+    head: str = "Softmax",
+    relu: bool = False,
+):
+    logits = "relu_in" if relu else "logits"
+    nodes = [helper.make_node("MatMul", ["x", "W"], [logits if softmax else "probs"])]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["relu_in"], ["logits"]))
     if softmax:
-        nodes.append(helper.make_node("Softmax", ["logits"], ["probs"], axis=axis))
+        nodes.append(helper.make_node(head, ["logits"], ["probs"], axis=axis))
     graph = helper.make_graph(
         nodes,
         "q1",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 6])],
-        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch, 4])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch if out_batch is None else out_batch, 4])],
         [numpy_helper.from_array(weight, "W")],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
@@ -31,6 +43,12 @@ def _q1_model(*, softmax: bool = True, batch: object = "batch", weight: np.ndarr
 def _stores_w_but_uses_a_shifted_copy():
     model = _q1_model(weight=Q1_WEIGHT + 0.5)
     model.graph.initializer.append(numpy_helper.from_array(Q1_WEIGHT, "W_unused"))
+    return model
+
+
+def _einsum_model():
+    model = _q1_model()
+    model.graph.node[0].CopyFrom(helper.make_node("Einsum", ["x", "W"], ["logits"], equation="bi,ij->bj"))
     return model
 
 
@@ -87,10 +105,15 @@ def test_q1_names_the_fix_when_make_model_stamps_versions_ort_refuses(versions):
         (lambda: _q1_model(axis=0), "not softmax"),
         (lambda: _q1_model(weight=Q1_WEIGHT * 1.01), "not softmax"),
         (lambda: _q1_model(weight=Q1_WEIGHT.T.copy().reshape(6, 4)), "not softmax"),
-        (lambda: _q1_model(weight=Q1_WEIGHT + 0.5), "does not multiply by Q1_WEIGHT unchanged"),
-        (lambda: _q1_model(weight=Q1_WEIGHT - 2.0), "does not multiply by Q1_WEIGHT unchanged"),
-        (_stores_w_but_uses_a_shifted_copy, "does not multiply by Q1_WEIGHT unchanged"),
+        (lambda: _q1_model(weight=Q1_WEIGHT + 0.5), "multiplies by Q1_WEIGHT unchanged"),
+        (lambda: _q1_model(weight=Q1_WEIGHT - 2.0), "multiplies by Q1_WEIGHT unchanged"),
+        (_stores_w_but_uses_a_shifted_copy, "multiplies by Q1_WEIGHT unchanged"),
         (lambda: "model.onnx", "expected the softmax"),
+        (lambda: _q1_model(out_batch=1), "declared [1, 4], a batch fixed to 1"),  # review 4: ORT only logs it
+        (_einsum_model, "with a MatMul or Gemm node"),
+        (lambda: _q1_model(head="LogSoftmax"), "not softmax"),
+        (lambda: _q1_model(relu=True), "not softmax"),
+        (lambda: _q1_model(weight=Q1_WEIGHT.round(1)), "not softmax"),
     ],
     ids=[
         "no-softmax",
@@ -103,6 +126,11 @@ def test_q1_names_the_fix_when_make_model_stamps_versions_ort_refuses(versions):
         "weights-shifted-down",
         "w-stored-but-unused",
         "not-a-model",
+        "output-batch-fixed",
+        "einsum-instead-of-matmul",
+        "log-softmax",
+        "relu-before-softmax",
+        "weights-rounded",
     ],
 )
 def test_q1_wrong_answers(wrong, reason):

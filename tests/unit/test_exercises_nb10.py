@@ -89,3 +89,42 @@ def test_q2_names_to_function_proto_for_an_onnxscript_function():
     result = q2.evaluate(SquaredRelu)
     assert result.status == INCORRECT and "to_function_proto()" in result.message
     assert q2.evaluate(SquaredRelu.to_function_proto()).status == CORRECT
+
+
+def _in_place_relu_square(self, x):
+    np.maximum(x, 0, out=x)  # a common numpy idiom: it writes into the array the evaluator handed over
+    return (x * x,)
+
+
+def test_an_in_place_answer_cannot_corrupt_the_input_of_later_checks():
+    # review 4: the in-place answer was accepted and left the checker's input without negatives,
+    # after which a body with no ReLU passed q1 and q2
+    assert q1.evaluate(_op_class(_in_place_relu_square)).status == CORRECT
+    assert q1.evaluate(_op_class(lambda self, x: ((x * x).astype(x.dtype),))).status == INCORRECT
+    assert q2.evaluate(_function([helper.make_node("Mul", ["x", "x"], ["y"])])).status == INCORRECT
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        _op_class(lambda self, x: (np.maximum(x, 0) ** 2,), name="SquareRelu"),  # misspelled class name
+        _op_class(lambda self, x: (np.square(np.maximum(x, 0)).astype(x.dtype)[::-1],)),  # rows reversed
+        _op_class(lambda self, x: (np.maximum(np.square(x), 0).astype(x.dtype),)),  # relu after the square
+    ],
+    ids=["misspelled-name", "rows-reversed", "square-then-relu"],
+)
+def test_q1_rejects_more_wrong_ops(wrong):
+    assert q1.evaluate(wrong).status == INCORRECT
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "r"], ["y"])],  # doubled, not squared
+        [helper.make_node("Abs", ["x"], ["r"]), helper.make_node("Mul", ["r", "r"], ["y"])],  # abs instead of relu
+        [helper.make_node("Mul", ["x", "x"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],  # relu of the square
+    ],
+    ids=["add-not-mul", "abs-not-relu", "relu-after-square"],
+)
+def test_q2_rejects_more_wrong_bodies(nodes):
+    assert q2.evaluate(_function(nodes)).status == INCORRECT
