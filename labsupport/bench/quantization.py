@@ -43,8 +43,16 @@ NOISE_FLOOR = 0.10  # latency ratios within 1 +- 10% (or the A/A deviation, if l
 RATIO_VARIANTS = ("INT8 dynamic", "INT8 static", "INT4 weights", "FP16", AA_NAME)
 TEST_IMAGES = 540  # one test image is 100 / 540 = 0.185 accuracy points
 # An INT8 dot-product instruction (x86 VNNI vpdpbusd, Arm sdot) does 4x the multiply-adds of an FP32 FMA of the same
-# width, and INT8 weights are 4x smaller to fetch: a speed-up of INT8 over FP32 much beyond 4x is a measuring error.
+# width, and INT8 weights are 4x smaller to fetch: where that is the CPU's fastest INT8 instruction, a speed-up of INT8
+# over FP32 much beyond 4x is a measuring error. Matrix instructions go further (Intel AMX tiles, Arm i8mm's smmla):
+# there no ceiling is claimed.
 INT8_SPEEDUP_CEILING = 5.0
+MATRIX_INT8_FEATURES = ("amx_int8", "i8mm")
+
+
+def int8_ceiling() -> float | None:
+    """``INT8_SPEEDUP_CEILING`` on CPUs whose fastest INT8 instruction is a dot product (VNNI, SDOT, or none), else None."""
+    return None if any(feature in cpu_features().features for feature in MATRIX_INT8_FEATURES) else INT8_SPEEDUP_CEILING
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,14 +111,15 @@ class VariantReport:
 
     def speed_text(self, name: str, batch_size: int) -> str:
         """``name``'s CPU time against the baseline in words, saying so when the difference is inside the timing noise
-        and when an INT8 speed-up exceeds what the hardware allows (``INT8_SPEEDUP_CEILING``)."""
+        and when an INT8 speed-up exceeds what this CPU's INT8 instructions allow (``int8_ceiling``)."""
         ratio, noise = self.latency_ratio(name, batch_size), self.timing_noise(batch_size)
         measured = f"{ratio:.2f}x the {self.baseline} CPU time at batch {batch_size}"
         if noise >= 1:  # the A/A control took twice as long or more: no difference is measurable
             return f"{measured}: no verdict, the A/A control differed by {noise:.0%}"
         text = f"{measured}: {speed_verdict(ratio, noise=noise)} {self.baseline}"
-        if name.startswith("INT8") and 1 / ratio > INT8_SPEEDUP_CEILING:
-            text += " (beyond the ~4x that INT8 arithmetic can gain over FP32: a measuring error)"
+        ceiling = int8_ceiling()
+        if name.startswith("INT8") and ceiling is not None and 1 / ratio > ceiling:
+            text += " (beyond the ~4x that INT8 dot products can gain over FP32 on this CPU: a measuring error)"
         return text
 
     def conditions(self) -> str:

@@ -7,9 +7,11 @@ tests/integration/test_quantization_bench.py.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
+from labsupport.bench import quantization as quantization_bench
 from labsupport.bench.quantization import NOISE_FLOOR, VariantReport, VariantResult, check_targets, measure_variants
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.topics.quantization import AA_NAME, build_variants
@@ -77,7 +79,7 @@ def _report(aa_ms: float, int8_ms: float) -> VariantReport:
     )
 
 
-def test_timing_noise_and_speed_text():
+def test_timing_noise_and_speed_text(monkeypatch):
     assert _report(10.5, 5.0).timing_noise(64) == pytest.approx(0.10)  # the floor
     assert _report(8.5, 5.0).timing_noise(64) == pytest.approx(0.15)  # a noisier A/A run widens it
     assert _report(10.0, 2.5).speed_text("INT8", 64) == "0.25x the FP32 CPU time at batch 64: 4.00x faster than FP32"
@@ -86,13 +88,17 @@ def test_timing_noise_and_speed_text():
     assert _report(25.0, 5.0).speed_text("INT8", 64) == (
         "0.50x the FP32 CPU time at batch 64: no verdict, the A/A control differed by 150%"
     )
-    # an INT8 speed-up beyond what INT8 arithmetic allows over FP32 is called a measuring error, never printed as a result
+    # an INT8 speed-up beyond what INT8 dot products allow over FP32 is called a measuring error, never printed as a result
+    monkeypatch.setattr(quantization_bench, "cpu_features", lambda: SimpleNamespace(features=["avx2", "avx512_vnni"]))
     assert (
         _report(10.0, 0.5)
         .speed_text("INT8", 64)
-        .endswith("20.00x faster than FP32 (beyond the ~4x that INT8 arithmetic can gain over FP32: a measuring error)")
+        .endswith("20.00x faster than FP32 (beyond the ~4x that INT8 dot products can gain over FP32 on this CPU: a measuring error)")
     )
     assert "measuring error" not in _report(10.0, 2.6).speed_text("INT8", 64)
+    # a CPU with INT8 matrix instructions (AMX, Arm i8mm) can go beyond 4x: no ceiling is claimed there
+    monkeypatch.setattr(quantization_bench, "cpu_features", lambda: SimpleNamespace(features=["avx512_vnni", "amx_int8"]))
+    assert _report(10.0, 0.5).speed_text("INT8", 64).endswith("20.00x faster than FP32")
     without_aa = VariantReport("m", "FP32", [VariantResult("FP32", 1.0, 0.9, {1: 1.0})])
     assert without_aa.timing_noise(1) == NOISE_FLOOR
 
