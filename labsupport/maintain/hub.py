@@ -45,7 +45,6 @@ import os
 import pwd
 import re
 import secrets
-import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -174,18 +173,14 @@ def give_course_copy(spawner) -> None:
     course = settings.learner_folder(spawner.user.name) / "onnx-lab"
     if course.exists():
         return  # their work stays
-    partial = course.with_name(".onnx-lab-copying")
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(settings.course, partial, symlinks=True)
-    for packages in (ROOT / "deploy").glob("*/node_modules"):  # npm packages of notebook 09, shared read-only
-        folder = packages.parent.name
-        if (partial / "deploy" / folder).is_dir():
-            if settings.secure:  # the learners' environment holds a copy: this clone is private
-                packages = hub_secure.Environment(settings.environment).node_modules(folder)
-            (partial / "deploy" / folder / "node_modules").symlink_to(packages, target_is_directory=True)
-    if settings.secure:
-        hub_secure.give_to(partial, pwd.getpwnam(settings.user_prefix + spawner.user.name))
-    partial.rename(course)
+    links = {packages.parent.name: packages for packages in (ROOT / "deploy").glob("*/node_modules")}  # notebook 09's, shared read-only
+    if not settings.secure:
+        hub_secure.copy_course(sys.executable, Path(settings.course), course, links)
+        return
+    learners = hub_secure.Environment(settings.environment)  # this clone is private: the environment holds copies
+    links = {folder: learners.node_modules(folder) for folder in links}
+    system_name = settings.user_prefix + spawner.user.name
+    hub_secure.copy_course(learners.python, learners.course, course, links, as_user=system_name, library_path=learners.library_path)
 
 
 def configure(c) -> None:
@@ -288,7 +283,7 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
 
 def prepare_secure_mode(settings: HubSettings, names: list[str], options: argparse.Namespace) -> HubSettings:
     """Make the learners' users, their environment and cgroups; make this clone and the state private. Prints each step."""
-    too_long = [name for name in names if len(options.user_prefix + name) > 32]
+    too_long = [name for name in [TEACHER, *names] if len(options.user_prefix + name) > 32]
     if too_long:
         raise ValueError(
             f"system user names are at most 32 characters: {options.user_prefix}{too_long[0]} is longer (shorten --user-prefix)"
@@ -296,10 +291,11 @@ def prepare_secure_mode(settings: HubSettings, names: list[str], options: argpar
     for private in (ROOT, Path(settings.state)):
         if hub_secure.make_private(private):
             print(f">>> made {private} private to {pwd.getpwuid(os.geteuid()).pw_name} (chmod go-rwx): learners must not read it")
-    for name in names:
+    for name in [TEACHER, *names]:  # the teacher's own server runs unprivileged too
         hub_secure.ensure_user(options.user_prefix + name, options.homes.resolve() / (options.user_prefix + name))
-    node_modules = {path.parent.name: path.resolve() for path in (ROOT / "deploy").glob("*/node_modules") if path.parent.name != "hub"}
+    node_modules = {path.parent.name: path.resolve() for path in (ROOT / "deploy").glob("*/node_modules")}
     environment, built = hub_secure.build_environment(options.environment.resolve(), node_modules)
+    hub_secure.publish_course(Path(settings.course), environment)
     print(
         f">>> the learners' environment: {environment.root} ({'linked from' if built else 'kept, made from'} {sys.prefix}; read-only to learners)"
     )

@@ -11,6 +11,8 @@ labsupport/maintain/hub.py uses these pieces when it runs as root:
   the venv's files (hard links: no copy, nothing to download) into a new venv owned by root, outside the clone,
   with the base interpreter linked in too when learners cannot reach it. Editable installs that point into the
   clone are left out: each learner imports their own copy of ``labsupport`` and the deploy packages.
+- ``copy_course``: a learner's first start copies the learner course (linked into the environment, since it holds
+  no solutions) into their home, run as the learner: root never writes into a folder that a learner controls.
 - ``Cgroups``: a cgroup (v1) per learner under the hub's own, in the ``memory`` controller with a cap on the
   learner's processes together and in ``cpu`` with equal ``cpu.shares``; ``LearnerSpawner`` puts the server in
   them before it drops root, so its kernels and terminals are counted too. Where a controller is missing or
@@ -72,14 +74,6 @@ def ensure_user(system_name: str, home: Path) -> pwd.struct_passwd:
     return entry
 
 
-def give_to(path: Path, entry: pwd.struct_passwd) -> None:
-    """Make the learner ``entry`` the owner of ``path`` and everything under it (links themselves, not their targets)."""
-    os.lchown(path, entry.pw_uid, entry.pw_gid)
-    for folder, folders, files in os.walk(path):
-        for name in folders + files:
-            os.lchown(os.path.join(folder, name), entry.pw_uid, entry.pw_gid)
-
-
 @dataclass(frozen=True)
 class Environment:
     """The learners' environment: its interpreter, the library path its interpreter needs, and the npm packages of notebook 09."""
@@ -94,8 +88,46 @@ class Environment:
     def library_path(self) -> str:
         return str(Path(self.root) / "base" / "lib")
 
+    @property
+    def course(self) -> Path:
+        """The learner course (no solutions in it), where learners can read it: each copies it as themselves."""
+        return Path(self.root) / "course"
+
     def node_modules(self, deploy_folder: str) -> Path:
         return Path(self.root) / "node_modules" / deploy_folder
+
+
+def publish_course(course: Path, environment: Environment) -> None:
+    """Link the learner course into the environment afresh (``make student`` may have rewritten it since the last start)."""
+    shutil.rmtree(environment.course, ignore_errors=True)
+    _link_tree(Path(course), environment.course)
+    for folder, _, _ in os.walk(environment.course):
+        os.chmod(folder, 0o755)
+
+
+# run by the learner's own user: root never writes into a folder that a learner controls (a planted link would redirect it)
+COPY_COURSE = """
+import os, shutil, sys
+source, target, *links = sys.argv[1:]
+partial = os.path.join(os.path.dirname(target), ".onnx-lab-copying")
+shutil.rmtree(partial, ignore_errors=True)
+shutil.copytree(source, partial, symlinks=True)
+for link in links:
+    folder, packages = link.split("=", 1)
+    if os.path.isdir(os.path.join(partial, "deploy", folder)):
+        os.symlink(packages, os.path.join(partial, "deploy", folder, "node_modules"))
+os.rename(partial, target)
+"""
+
+
+def copy_course(python: str, source: Path, target: Path, links: dict[str, Path], *, as_user: str = "", library_path: str = "") -> None:
+    """Copy the learner course to ``target`` with links to the npm packages of notebook 09, as ``as_user`` when given."""
+    command = [python, "-c", COPY_COURSE, str(source), str(target), *(f"{name}={path}" for name, path in links.items())]
+    environment = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": library_path} if library_path else None
+    become = set_user_setuid(as_user, chdir=False) if as_user else None
+    copied = subprocess.run(command, capture_output=True, text=True, preexec_fn=become, env=environment, cwd="/")
+    if copied.returncode != 0:
+        raise RuntimeError(f"copying the course to {target} failed: {copied.stderr[-2000:]}")
 
 
 def _link_tree(source: Path, target: Path) -> None:

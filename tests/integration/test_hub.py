@@ -114,10 +114,10 @@ def _running_hub(folder: Path, learners: list[str], extra: list[str], environmen
         process = subprocess.Popen([*command, *extra], stdout=output, stderr=subprocess.STDOUT, env=environment, cwd=folder)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # the secure mode's first start links the environment (100,000 files) first
         while True:
             assert process.poll() is None, f"the hub exited: {log.read_text(errors='replace')[-3000:]}"
-            assert time.monotonic() < deadline, "the hub did not answer within 120 s"
+            assert time.monotonic() < deadline, f"the hub did not answer within 300 s: {log.read_text(errors='replace')[-3000:]}"
             try:
                 if httpx.get(f"{base}/hub/api", timeout=5).status_code == 200:
                     break
