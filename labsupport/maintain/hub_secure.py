@@ -34,7 +34,7 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
 from traitlets import Dict, Unicode
 
-MARK = "ONNX Lab hub learner"  # the comment (GECOS) of the users the hub creates
+MARK = "ONNX Lab hub user"  # the comment (GECOS) of the users the hub creates
 OWN_PACKAGES = ("__editable__.onnx_lab", "__editable___onnx_lab", "__editable__.onnx_service", "__editable___onnx_service")
 OWN_PACKAGES += ("__editable__.onnx_web_demo", "__editable___onnx_web_demo")
 CPU_SHARES = 1024  # the kernel's default: every learner weighs the same when the CPUs are busy

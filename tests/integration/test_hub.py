@@ -199,7 +199,9 @@ def test_each_learner_gets_their_own_course_from_this_environment_on_notebook_00
         assert notebook["content"]["metadata"]["onnx_lab"] == {"copy": "learner"}
         assert (hub.state / "learners" / name / "onnx-lab" / "notebooks" / "00_start_here.ipynb").is_file()
         assert not (hub.state / "learners" / name / "onnx-lab" / "tests").exists()
-    assert "Using Spawner: jupyterhub.spawner.SimpleLocalProcessSpawner" in hub.log.read_text(errors="replace")
+    log = hub.log.read_text(errors="replace")
+    assert "Using Spawner: jupyterhub.spawner.SimpleLocalProcessSpawner" in log
+    assert ">>> shared mode: every learner's server runs as" in log  # the hub says what it does not isolate
 
 
 def test_each_learner_runs_a_notebook_00_checker_in_their_own_kernel(hub):
@@ -334,7 +336,7 @@ def secure_hub(tmp_path_factory, require_tool) -> Iterator[SecureHub]:
             yield SecureHub(running, homes, prefix)
     finally:
         ROOT.chmod(root_mode)  # the hub made this clone private, as it should on a class's machine
-        for name in LEARNERS:
+        for name in [classroom_hub.TEACHER, *LEARNERS]:
             subprocess.run(["userdel", "--force", prefix + name], capture_output=True)
         saved = folder / "state" / "hub.json"
         for parent in json.loads(saved.read_text())["cgroups"].values() if saved.is_file() else []:
@@ -369,6 +371,7 @@ def test_secure_each_learner_runs_as_their_own_user_in_their_cgroups(secure_hub)
     uid, pid, prefix = printed.split()
     assert int(uid) == pwd.getpwnam(secure_hub.prefix + "alice").pw_uid != 0
     assert prefix == str(TEST_ENVIRONMENT) and (secure_hub.home("alice").stat().st_mode & 0o777) == 0o700
+    assert pwd.getpwnam(secure_hub.prefix + "teacher").pw_uid != 0  # the teacher's own server does not run as root either
     assert pid in (secure_hub.cgroup("memory", "alice") / "cgroup.procs").read_text().split()
     assert pid in (secure_hub.cgroup("cpu", "alice") / "cgroup.procs").read_text().split()
     assert int((secure_hub.cgroup("memory", "alice") / "memory.limit_in_bytes").read_text()) == MEMORY_LIMIT << 20

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pwd
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,23 @@ def test_a_learners_cgroups_get_the_memory_cap_and_an_equal_cpu_share(tmp_path):
     assert procs == [str(tmp_path / "memory" / "jupyter-alice" / "cgroup.procs"), str(tmp_path / "cpu" / "jupyter-alice" / "cgroup.procs")]
     assert (tmp_path / "memory" / "jupyter-alice" / "memory.limit_in_bytes").read_text() == str(512 << 20)
     assert (tmp_path / "cpu" / "jupyter-alice" / "cpu.shares").read_text() == "1024"
+
+
+def test_the_course_copy_is_made_whole_with_links_to_the_npm_packages(tmp_path):
+    course = tmp_path / "course"
+    (course / "deploy" / "web").mkdir(parents=True)
+    (course / "notebooks").mkdir()
+    (course / "notebooks" / "00_start_here.ipynb").write_text("{}")
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    target = tmp_path / "home" / "onnx-lab"
+    target.parent.mkdir()
+    hub_secure.copy_course(sys.executable, course, target, {"web": packages, "node": packages})
+    assert (target / "notebooks" / "00_start_here.ipynb").read_text() == "{}"
+    assert (target / "deploy" / "web" / "node_modules").resolve() == packages and not (target / "deploy" / "node").exists()
+    assert not (tmp_path / "home" / ".onnx-lab-copying").exists()
+
+
+def test_a_failed_course_copy_says_why(tmp_path):
+    with pytest.raises(RuntimeError, match=r"copying the course to .* failed: (?s:.*)FileNotFoundError"):
+        hub_secure.copy_course(sys.executable, tmp_path / "nothing", tmp_path / "home" / "onnx-lab", {})
