@@ -12,9 +12,10 @@ It starts JupyterHub (PyPI ``jupyterhub``) and its proxy (npm ``configurable-htt
   generated at the first start into STATE/passwords.txt, readable by its owner only; JupyterHub generates its
   cookie secret and the proxy's token itself. No secret is committed, and any other log-in is refused (403).
 - Servers: each learner's server is ``jupyterhub-singleuser`` from this environment (the course's ``.venv``),
-  opened on notebook 00 of their own folder STATE/learners/NAME/onnx-lab, a copy of the learner course
-  (``make student``: no solution text in it) made at their first start and kept afterwards. Their kernels import
-  that copy's ``labsupport`` (``PYTHONPATH``) with ``ONNX_LAB_SOLUTIONS=hidden``.
+  opened on notebook 00 of their own folder (STATE/learners/NAME/onnx-lab, or ~jupyter-NAME/onnx-lab in the
+  secure mode), a copy of the learner course (``make student``: no solution text in it) made at their first start
+  and kept afterwards. Their kernels import that copy's ``labsupport`` and deploy packages (``PYTHONPATH``) with
+  ``ONNX_LAB_SOLUTIONS=hidden``.
 
 Two modes, chosen by who starts it (the README's teacher section compares them):
 
@@ -314,6 +315,7 @@ def prepare_secure_mode(settings: HubSettings, names: list[str], options: argpar
         )
     if "cpu" in cgroups:
         print(">>> each learner gets an equal share of the CPUs when they are busy (cpu.shares)")
+    print(">>> not isolated: the loopback; a service one learner's notebook starts on 127.0.0.1 is reachable from another's code")
     secure = {"secure": True, "homes": str(options.homes.resolve()), "user_prefix": options.user_prefix, "environment": environment.root}
     return HubSettings(**{**asdict(settings), **secure, "memory_limit": options.memory_limit, "cgroups": cgroups})
 
