@@ -404,6 +404,24 @@ def test_secure_a_learner_cannot_read_or_change_another_learners_work_or_the_sol
     assert printed.splitlines() == expected
 
 
+def test_secure_mode_leaves_the_loopback_shared_as_the_readme_says(secure_hub):
+    alice, bob = _running(secure_hub, "alice"), _running(secure_hub, "bob")
+    service = """
+import http.server, threading
+class Reply(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"bob's service")
+server = http.server.HTTPServer(("127.0.0.1", 0), Reply)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+print(server.server_address[1])
+"""
+    port = int(_execute(secure_hub.hub, bob, _kernel(secure_hub.hub, bob), service))
+    fetch = f"import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:{port}/', timeout=30).read().decode())"
+    assert _execute(secure_hub.hub, alice, _kernel(secure_hub.hub, alice), fetch) == "bob's service\n"
+
+
 def test_secure_the_progress_report_lists_each_learners_passed_exercises(secure_hub):
     alice, bob = _running(secure_hub, "alice"), _running(secure_hub, "bob")
     assert "✅ Correct" in _execute(secure_hub.hub, alice, _kernel(secure_hub.hub, alice), SCALE + "q1.check(answer)")
