@@ -56,7 +56,7 @@ help:
 	@echo "make docs         build the course website from the committed notebooks into $(SITE) (fails on any warning; SITE_HUB=URL adds hub links)"
 	@echo "make docs-serve   serve that website on http://127.0.0.1:8001, rebuilt first if a source changed (PORT=... for another port)"
 	@echo "make student      the learner copy of the course (no solutions in it) and the teacher's solution notebooks, in $(CLASSROOM)"
-	@echo "make hub          JupyterHub for a class on this machine: the names in CLASS=$(CLASS) log in, each to their own learner copy (HUB_IP=$(HUB_IP) HUB_PORT=$(HUB_PORT))"
+	@echo "make hub          JupyterHub for a class on this machine: the names in CLASS=$(CLASS) log in, each to their own learner copy (HUB_IP=$(HUB_IP) HUB_PORT=$(HUB_PORT)); as root, one system user per learner"
 	@echo "make test-latest  the same tests against the newest releases (not pinned; for maintainers)"
 	@echo "make ort-headers  fetch ONNX Runtime's C/C++ headers into build/ort-headers (notebook 10 compiles a custom op; make lab and make test do it)"
 	@echo "make clean        remove artifacts/ and caches (keeps .venv)"

@@ -35,6 +35,8 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
+from labsupport.exercises import progress
+
 
 class NotAttempted(Exception):
     """Raised when the placeholder ``____`` is used: the learner has not answered yet."""
@@ -262,6 +264,7 @@ class Exercise:
     def check(self, answer: object) -> None:
         """Print whether ``answer`` is correct, incorrect (with the reason), not attempted yet, or hit a checker bug."""
         outcome = self.evaluate(answer)
+        progress.record(self, outcome.status)  # only on the class hub (labsupport.exercises.progress)
         print(f"Exercise {self.number} ({self.title}): {_MARKS[outcome.status]}: {outcome.message}")
         if outcome.status in (INCORRECT, NOT_ATTEMPTED):
             solution = f", q{self.number}.solution() the answer" if self._solution_shown() else ""

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,37 +101,47 @@ def _start_server(base: str, name: str, password: str) -> Learner:
     return learner
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory, require_tool) -> Iterator[Hub]:
-    require_tool(str(classroom_hub.PROXY), "the hub's proxy is configurable-http-proxy from npm: make js-deps installs it in deploy/hub")
-    folder = tmp_path_factory.mktemp("hub")
+@contextmanager
+def _running_hub(folder: Path, learners: list[str], extra: list[str], environment: dict[str, str]) -> Iterator[Hub]:
+    """Start the hub as `make hub` does, with its own state and free ports, and log each learner in with their server started."""
     student.write_learner_course([ROOT / "notebooks" / "00_start_here.ipynb"], folder / "course")
-    (folder / "class.txt").write_text("# two learners\nalice\nbob  # and a comment\n", encoding="utf-8")
+    (folder / "class.txt").write_text("# the learners\n" + "".join(f"{name}  # a comment\n" for name in learners), encoding="utf-8")
     port, hub_port, proxy_api_port = _free_ports(3)
     command = [sys.executable, "-m", "labsupport.maintain.hub", "--class", str(folder / "class.txt"), "--course", str(folder / "course")]
     command += ["--state", str(folder / "state"), "--port", str(port), "--hub-port", str(hub_port), "--proxy-api-port", str(proxy_api_port)]
-    command += ["--allow-root"] if os.geteuid() == 0 else []  # CI runs as root in a throw-away machine
-    environment = {name: value for name, value in os.environ.items() if not name.startswith(("ONNX_LAB_", "JUPYTER"))}
     log = folder / "hub.log"
     with log.open("wb") as output:  # a file, not a pipe: a chatty hub never blocks on a full pipe
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=environment, cwd=folder)
+        process = subprocess.Popen([*command, *extra], stdout=output, stderr=subprocess.STDOUT, env=environment, cwd=folder)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # the secure mode's first start links the environment (100,000 files) first
         while True:
             assert process.poll() is None, f"the hub exited: {log.read_text(errors='replace')[-3000:]}"
-            assert time.monotonic() < deadline, "the hub did not answer within 60 s"
+            assert time.monotonic() < deadline, f"the hub did not answer within 300 s: {log.read_text(errors='replace')[-3000:]}"
             try:
                 if httpx.get(f"{base}/hub/api", timeout=5).status_code == 200:
                     break
             except httpx.TransportError:
                 time.sleep(0.5)
         passwords = classroom_hub.read_passwords(folder / "state" / "passwords.txt")
-        learners = {name: _start_server(base, name, passwords[name]) for name in LEARNERS}
-        yield Hub(base, folder / "state", log, learners)
+        with ThreadPoolExecutor(len(learners)) as pool:  # their servers start side by side, as in a class
+            started = dict(zip(learners, pool.map(lambda name: _start_server(base, name, passwords[name]), learners), strict=True))
+        yield Hub(base, folder / "state", log, started)
     finally:
         process.terminate()
         process.wait(timeout=60)
+
+
+def _clean_environment() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if not name.startswith(("ONNX_LAB_", "JUPYTER"))}
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory, require_tool) -> Iterator[Hub]:
+    require_tool(str(classroom_hub.PROXY), "the hub's proxy is configurable-http-proxy from npm: make js-deps installs it in deploy/hub")
+    extra = ["--allow-root"] if os.geteuid() == 0 else []  # CI runs as root: the shared mode, as a throw-away container would
+    with _running_hub(tmp_path_factory.mktemp("hub"), LEARNERS, extra, _clean_environment()) as running:
+        yield running
 
 
 def _execute(hub: Hub, learner: Learner, kernel: str, code: str) -> str:
@@ -143,6 +158,8 @@ def _execute(hub: Hub, learner: Learner, kernel: str, code: str) -> str:
     try:
         while True:
             message = json.loads(channel.recv())
+            if message["msg_type"] == "status" and message["content"]["execution_state"] in ("restarting", "dead"):
+                return "".join(printed) + f"(the kernel is {message['content']['execution_state']})\n"  # it died: the server says so
             if message.get("parent_header", {}).get("msg_id") != request:
                 continue
             if message["msg_type"] == "stream":
@@ -182,7 +199,9 @@ def test_each_learner_gets_their_own_course_from_this_environment_on_notebook_00
         assert notebook["content"]["metadata"]["onnx_lab"] == {"copy": "learner"}
         assert (hub.state / "learners" / name / "onnx-lab" / "notebooks" / "00_start_here.ipynb").is_file()
         assert not (hub.state / "learners" / name / "onnx-lab" / "tests").exists()
-    assert "Using Spawner: jupyterhub.spawner.SimpleLocalProcessSpawner" in hub.log.read_text(errors="replace")
+    log = hub.log.read_text(errors="replace")
+    assert "Using Spawner: jupyterhub.spawner.SimpleLocalProcessSpawner" in log
+    assert ">>> shared mode: every learner's server runs as" in log  # the hub says what it does not isolate
 
 
 def test_each_learner_runs_a_notebook_00_checker_in_their_own_kernel(hub):
@@ -266,3 +285,178 @@ def test_the_docs_sites_hub_link_pulls_the_course_with_nbgitpuller(hub, tmp_path
     pulled = hub.get(f"/user/alice/api/contents/{launch.folder}/notebooks/00_start_here.ipynb", alice)
     assert pulled.status_code == 200 and pulled.json()["content"]["metadata"]["onnx_lab"] == {"copy": "learner"}
     assert opened.url.params["urlpath"] == f"lab/tree/{launch.folder}/notebooks/00_start_here.ipynb"  # where the page goes next
+
+
+# --- the secure mode: started as root, one system user per learner (labsupport/maintain/hub_secure.py) ---
+
+SECURE_IDLE = 20  # seconds: the culler's timeout here; servers report activity every 3 s (a sixth of it)
+MEMORY_LIMIT = 700  # MiB for each learner's processes together: a server and a kernel with numpy take about 200
+# kept between runs (hard links, rebuilt when the venv changes): linking 100,000 files takes seconds, deleting them more
+TEST_ENVIRONMENT = Path("/var/tmp/onnx-lab-hub-test-environment")
+ATTEMPTS = """
+import os
+def attempt(label, action):
+    try:
+        action()
+        print(label, "allowed")
+    except PermissionError:
+        print(label, "PermissionError")
+"""
+
+
+@dataclass
+class SecureHub:
+    hub: Hub
+    homes: Path
+    prefix: str
+
+    def home(self, name: str) -> Path:
+        return self.homes / (self.prefix + name)
+
+    def cgroup(self, controller: str, name: str) -> Path:
+        settings = json.loads((self.hub.state / "hub.json").read_text())
+        return Path(settings["cgroups"][controller]) / (self.prefix + name)
+
+
+@pytest.fixture(scope="module")
+def secure_hub(tmp_path_factory, require_tool) -> Iterator[SecureHub]:
+    if os.geteuid() != 0:
+        pytest.skip("the secure mode makes system users: it runs as root (CI does)")
+    require_tool(str(classroom_hub.PROXY), "the hub's proxy is configurable-http-proxy from npm: make js-deps installs it in deploy/hub")
+    require_tool("useradd", "the secure mode makes a system user per learner with useradd (Debian's passwd package)")
+    homes = Path(tempfile.mkdtemp(prefix="onnx-lab-homes-"))
+    homes.chmod(0o755)
+    prefix = f"olt{os.getpid()}-"
+    root_mode = ROOT.stat().st_mode & 0o777
+    extra = ["--homes", str(homes), "--user-prefix", prefix, "--environment", str(TEST_ENVIRONMENT)]
+    extra += ["--cull-idle", str(SECURE_IDLE), "--memory-limit", f"{MEMORY_LIMIT}M"]
+    folder = tmp_path_factory.mktemp("secure-hub")
+    try:
+        with _running_hub(folder, LEARNERS, extra, _clean_environment()) as running:
+            yield SecureHub(running, homes, prefix)
+    finally:
+        ROOT.chmod(root_mode)  # the hub made this clone private, as it should on a class's machine
+        for name in [classroom_hub.TEACHER, *LEARNERS]:
+            subprocess.run(["userdel", "--force", prefix + name], capture_output=True)
+        saved = folder / "state" / "hub.json"
+        for parent in json.loads(saved.read_text())["cgroups"].values() if saved.is_file() else []:
+            for group in [*Path(parent).glob(f"{prefix}*"), Path(parent)]:
+                _remove_cgroup(group)
+        shutil.rmtree(homes, ignore_errors=True)
+
+
+def _remove_cgroup(group: Path) -> None:
+    """Remove an empty cgroup; its last processes may take a moment to exit after the hub stopped them."""
+    deadline = time.monotonic() + 30
+    while group.exists():
+        try:
+            group.rmdir()
+        except OSError:
+            assert time.monotonic() < deadline, f"{group} still holds {(group / 'cgroup.procs').read_text()}"
+            time.sleep(0.5)
+
+
+def _running(secure: SecureHub, name: str) -> Learner:
+    """The learner with a running server: one the culler stopped (idle more than 20 s) is started again."""
+    learner = secure.hub.learners[name]
+    if not httpx.get(f"{secure.hub.base}/hub/api/users/{name}", headers=learner.headers, timeout=60).json()["servers"]:
+        passwords = classroom_hub.read_passwords(secure.hub.state / "passwords.txt")
+        secure.hub.learners[name] = learner = _start_server(secure.hub.base, name, passwords[name])
+    return learner
+
+
+def test_secure_each_learner_runs_as_their_own_user_in_their_cgroups(secure_hub):
+    alice = _running(secure_hub, "alice")
+    printed = _execute(secure_hub.hub, alice, _kernel(secure_hub.hub, alice), "import os, sys\nprint(os.getuid(), os.getpid(), sys.prefix)")
+    uid, pid, prefix = printed.split()
+    assert int(uid) == pwd.getpwnam(secure_hub.prefix + "alice").pw_uid != 0
+    assert prefix == str(TEST_ENVIRONMENT) and (secure_hub.home("alice").stat().st_mode & 0o777) == 0o700
+    assert pwd.getpwnam(secure_hub.prefix + "teacher").pw_uid != 0  # the teacher's own server does not run as root either
+    assert pid in (secure_hub.cgroup("memory", "alice") / "cgroup.procs").read_text().split()
+    assert pid in (secure_hub.cgroup("cpu", "alice") / "cgroup.procs").read_text().split()
+    assert int((secure_hub.cgroup("memory", "alice") / "memory.limit_in_bytes").read_text()) == MEMORY_LIMIT << 20
+    assert (secure_hub.cgroup("cpu", "alice") / "cpu.shares").read_text().strip() == "1024"
+    assert (ROOT.stat().st_mode & 0o077) == 0 and (secure_hub.hub.state.stat().st_mode & 0o077) == 0
+
+
+def test_secure_a_learner_cannot_read_or_change_another_learners_work_or_the_solutions(secure_hub):
+    alice, bob = _running(secure_hub, "alice"), _running(secure_hub, "bob")
+    bobs_kernel = _kernel(secure_hub.hub, bob)
+    connection = secure_hub.home("bob") / ".local" / "share" / "jupyter" / "runtime" / f"kernel-{bobs_kernel}.json"
+    assert connection.is_file()  # root sees it: the attempts below are refused, not pointed at nothing
+    bobs_notebook = secure_hub.home("bob") / "onnx-lab" / "notebooks" / "00_start_here.ipynb"
+    solutions = ROOT / "labsupport" / "exercises" / "nb00.py"
+    assert bobs_notebook.is_file() and "solution_code=" in solutions.read_text()
+    site_packages = TEST_ENVIRONMENT / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    targets = {
+        "read Bob's notebook": f"lambda: open({str(bobs_notebook)!r}).read()",
+        "write Bob's notebook": f"lambda: open({str(bobs_notebook)!r}, 'a').write('x')",
+        "list Bob's home": f"lambda: os.listdir({str(secure_hub.home('bob'))!r})",
+        "read Bob's kernel connection file": f"lambda: open({str(connection)!r}).read()",
+        "read the teacher's solutions": f"lambda: open({str(solutions)!r}).read()",
+        "read the passwords": f"lambda: open({str(secure_hub.hub.state / 'passwords.txt')!r}).read()",
+        "change the course's environment": f"lambda: open({str(site_packages / 'numpy' / '__init__.py')!r}, 'a')",
+        "write my own notebook": f"lambda: open({str(secure_hub.home('alice') / 'onnx-lab' / 'notebooks' / '00_start_here.ipynb')!r}, 'a')",
+    }
+    code = ATTEMPTS + "".join(f"attempt({label!r}, {action})\n" for label, action in targets.items())
+    printed = _execute(secure_hub.hub, alice, _kernel(secure_hub.hub, alice), code)
+    expected = [f"{label} PermissionError" for label in targets if label != "write my own notebook"] + ["write my own notebook allowed"]
+    assert printed.splitlines() == expected
+
+
+def test_secure_mode_leaves_the_loopback_shared_as_the_readme_says(secure_hub):
+    alice, bob = _running(secure_hub, "alice"), _running(secure_hub, "bob")
+    service = """
+import http.server, threading
+class Reply(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"bob's service")
+server = http.server.HTTPServer(("127.0.0.1", 0), Reply)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+print(server.server_address[1])
+"""
+    port = int(_execute(secure_hub.hub, bob, _kernel(secure_hub.hub, bob), service))
+    fetch = f"import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:{port}/', timeout=30).read().decode())"
+    assert _execute(secure_hub.hub, alice, _kernel(secure_hub.hub, alice), fetch) == "bob's service\n"
+
+
+def test_secure_the_progress_report_lists_each_learners_passed_exercises(secure_hub):
+    alice, bob = _running(secure_hub, "alice"), _running(secure_hub, "bob")
+    assert "✅ Correct" in _execute(secure_hub.hub, alice, _kernel(secure_hub.hub, alice), SCALE + "q1.check(answer)")
+    wrong = (
+        "from labsupport.exercises import ____\nfrom labsupport.exercises.nb00 import q1\nq1.check(____)\nq1.check(lambda pixels: pixels)"
+    )
+    assert "❌ Incorrect" in _execute(secure_hub.hub, bob, _kernel(secure_hub.hub, bob), wrong)
+    records = secure_hub.home("bob") / ".onnx-lab" / "progress.jsonl"
+    assert records.stat().st_uid == pwd.getpwnam(secure_hub.prefix + "bob").pw_uid  # Bob's own file, written by his kernel
+    command = [sys.executable, "-m", "labsupport.maintain.hub", "progress", "--state", str(secure_hub.hub.state)]
+    report = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    rows = {line.split()[0]: line.split()[1:3] for line in report.splitlines() if line.startswith(("alice ", "bob "))}
+    assert rows == {"alice": ["nb00.q1", "-"], "bob": ["-", "nb00.q1"]}, report
+    assert "Learners can edit their own records" in report
+
+
+def test_secure_a_kernel_that_allocates_past_the_cap_is_stopped(secure_hub):
+    alice = _running(secure_hub, "alice")
+    group = secure_hub.cgroup("memory", "alice")
+    kills = _oom_kills(group)
+    printed = _execute(secure_hub.hub, alice, _kernel(secure_hub.hub, alice), f"memory = b'x' * ({MEMORY_LIMIT} << 20)\nprint('allocated')")
+    assert "allocated" not in printed and "(the kernel is restarting)" in printed, printed
+    assert _oom_kills(group) > kills
+    assert secure_hub.hub.get("/user/alice/api/status", alice).status_code == 200  # the largest process went, the server stayed
+
+
+def _oom_kills(group: Path) -> int:
+    counts = dict(line.split() for line in (group / "memory.oom_control").read_text().splitlines())
+    return int(counts["oom_kill"])
+
+
+def test_secure_an_idle_server_is_culled(secure_hub):
+    bob = secure_hub.hub.learners["bob"]
+    deadline = time.monotonic() + SECURE_IDLE + 60
+    while httpx.get(f"{secure_hub.hub.base}/hub/api/users/bob", headers=bob.headers, timeout=60).json()["servers"]:
+        assert time.monotonic() < deadline, "Bob's idle server was not culled"
+        time.sleep(1)
+    assert "Culling server bob" in secure_hub.hub.log.read_text(errors="replace")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from argparse import ArgumentTypeError
 
 import pytest
 
@@ -60,11 +61,62 @@ def test_the_authenticator_lets_in_a_name_with_its_own_password_only(tmp_path):
     assert _log_in(tmp_path, "alice", passwords["alice"] + " ")[0] is None
 
 
-def test_the_hub_refuses_to_run_learners_as_root_unless_told(tmp_path, monkeypatch, capsys):
+def test_a_class_that_names_a_system_user_too_long_is_refused_before_anything_is_made(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(hub.os, "geteuid", lambda: 0)
-    assert hub.main(["--class", str(_class(tmp_path, "alice\n")), "--state", str(tmp_path / "state")]) == 1
-    assert "would run as root" in capsys.readouterr().err
-    assert not (tmp_path / "state").exists()
+    monkeypatch.setattr(hub, "PROXY", tmp_path)  # present
+    course = tmp_path / "course" / "notebooks"
+    course.mkdir(parents=True)
+    (course / "00_start_here.ipynb").write_text("{}")
+    arguments = ["--class", str(_class(tmp_path, "a" * 30 + "\n")), "--course", str(tmp_path / "course"), "--state", str(tmp_path / "s")]
+    assert hub.main(arguments) == 1
+    assert "system user names are at most 32 characters: jupyter-aaaa" in capsys.readouterr().err
+
+
+def test_learners_folders_are_their_homes_in_the_secure_mode_and_under_the_state_otherwise():
+    shared = hub.HubSettings(state="/s", course="/c")
+    secure = hub.HubSettings(state="/s", course="/c", secure=True, homes="/home", user_prefix="jupyter-")
+    assert shared.learner_folder("bob").as_posix() == "/s/learners/bob"
+    assert secure.learner_folder("bob").as_posix() == "/home/jupyter-bob"
+    assert secure.python_path("bob").split(":") == [
+        "/home/jupyter-bob/onnx-lab",
+        *(f"/home/jupyter-bob/onnx-lab/deploy/{name}" for name in ("service", "web")),
+    ]
+
+
+@pytest.mark.parametrize(("idle", "interval"), [(3600, 300), (86400, 300), (60, 10), (20, 3), (3, 1)])
+def test_servers_report_activity_often_enough_for_the_culler(idle, interval):
+    assert hub.HubSettings(state="/s", course="/c", cull_idle=idle).activity_interval == interval
+
+
+def test_the_culler_is_a_hub_service_with_the_scopes_it_needs(monkeypatch):
+    class Config(dict):
+        def __getattr__(self, name):
+            return self.setdefault(name, Config())
+
+        def __setattr__(self, name, value):
+            self[name] = value
+
+    c = Config()
+    hub.configure_culler(c, hub.HubSettings(state="/s", course="/c", cull_idle=600))
+    [service] = c.JupyterHub.services
+    assert service["command"][1:] == ["-m", "jupyterhub_idle_culler", "--timeout=600", "--cull-every=100"]
+    assert c.JupyterHub.load_roles == [{"name": "idle-culler", "scopes": hub.CULLER_SCOPES, "services": ["idle-culler"]}]
+
+
+@pytest.mark.parametrize(("text", "size"), [("512M", 512 << 20), ("2G", 2 << 30), ("2g", 2 << 30), ("100K", 100 << 10)])
+def test_memory_limits_are_read_in_binary_units(text, size):
+    assert hub.parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["2", "2GB", "-1G", "lots"])
+def test_a_memory_limit_without_its_unit_is_refused(text):
+    with pytest.raises(ArgumentTypeError, match="is not a size such as 512M or 2G"):
+        hub.parse_size(text)
+
+
+def test_the_progress_report_says_when_the_hub_never_ran(tmp_path, capsys):
+    assert hub.main(["progress", "--state", str(tmp_path)]) == 1
+    assert "hub.json is missing: start the hub once" in capsys.readouterr().err
 
 
 def test_the_hub_says_what_to_run_when_the_learner_course_is_missing(tmp_path, capsys):
