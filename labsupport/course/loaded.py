@@ -39,7 +39,10 @@ def run_loaded(command: Sequence[str], burners: int, burner: Sequence[str] | Non
         raise ValueError("name the command to run after --")
     burner_process = subprocess.Popen(list(burner or burner_command(burners)))
     try:
-        return subprocess.call(list(command))
+        status = subprocess.call(list(command))
+        if burner_process.poll() is not None:  # a green run beside a burner that died proves nothing
+            raise RuntimeError(f"the CPU burner ended early (exit status {burner_process.returncode}): the command ran on a quiet machine")
+        return status
     finally:
         burner_process.terminate()
         try:

@@ -361,7 +361,7 @@ def _shortcuts(runs: list[list[Kernel]]) -> dict[str, str]:
         calls.setdefault(op, []).append(dur)
     per_run, per_node = _per_run(runs), _per_run(runs, key=lambda node, op: (node, op))
     answers = {
-        "the total over all runs": _largest(_op_totals(kernels)),
+        "the total (or the mean) over all runs": _largest(_op_totals(kernels)),
         "the total of every run but the first": _largest(_op_totals([k for run in runs[1:] for k in run])),
         "the first run alone": _largest(_op_totals(runs[0])),
         "the last run alone": _largest(_op_totals(runs[-1])),

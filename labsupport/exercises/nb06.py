@@ -78,7 +78,8 @@ def _drawn_case(digits) -> tuple[str, Split, int]:
 def _check_reader_class(reader_class) -> str:
     is_instance = not isinstance(reader_class, type) and callable(getattr(reader_class, "get_next", None))
     if not callable(reader_class) or is_instance:
-        raise Incorrect("answer with the class itself (answer = MlpReader), not an instance: the checker makes several readers")
+        got = "an instance" if is_instance else f"a {type(reader_class).__name__}"
+        raise Incorrect(f"answer with the class itself (answer = MlpReader), got {got}: the checker makes several readers")
     digits = load_digits()
     # 27 divides the 540 test images but not the 180 calibration images; the drawn split has a size and a batch size that
     # share no divisor with 540 or 180: a divisibility test tied to one split, a global split or a whitelist fails one of them

@@ -267,7 +267,7 @@ def _check_offline(optimize_offline) -> str:
         source, target = Path(folder) / "model.onnx", Path(folder) / "optimized.onnx"
         onnx.save(model, source)
         with _saved_levels() as levels:
-            returned = optimize_offline(source, target)
+            returned = optimize_offline(str(source), str(target))  # str: SessionOptions.optimized_model_filepath takes no Path
         if not target.is_file():
             raise Incorrect("nothing was written to the target path (hint: SessionOptions.optimized_model_filepath)")
         level = levels.get(str(target.resolve()))

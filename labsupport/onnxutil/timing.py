@@ -3,8 +3,9 @@
 Introduced in notebook 05 (and used in 06, 07, 08, 10, 11, 12 and ``labsupport.bench``). Every timed call records two
 clocks: the wall clock (``time.perf_counter``: the latency a caller waits for) and the CPU time of this process
 (``time.process_time``: what the call cost). With one intra-op thread per framework the CPU time is the cost of a call
-even on a busy machine: other programs can delay the call, which inflates its wall-clock time, but they cannot add to
-the CPU time it used. (The calling thread's CPU time, ``time.thread_time``, would be the same for ONNX Runtime and
+even on a busy machine: other programs can delay the call, which inflates its wall-clock time, but they add little to the
+CPU time it used (an interruption costs some refilling of the caches; on a CPU with hyperthreads, a busy sibling thread
+slows the core itself, which the A/A row shows). (The calling thread's CPU time, ``time.thread_time``, would be the same for ONNX Runtime and
 PyTorch, but TensorFlow runs a ``tf.function`` on worker threads of its own: at batch 64 the calling thread used 0.36 ms of
 a 1.52 ms call, the process 1.52 ms.) So a comparison of single-threaded candidates takes its ratios from CPU time
 (``clock="cpu"``, the default); a comparison whose question is latency with several threads or concurrent requests
@@ -281,11 +282,15 @@ class BenchTable:
         return f"{1 / ratio:.2f}x faster" if ratio < 1 else f"{ratio:.2f}x slower"
 
     def conditions(self, aa: str | None = None) -> str:
-        """What the table was measured under: the load, and the wall/CPU of the ``aa`` row (default: the baseline)."""
-        row = self.get(aa or self.baseline)
+        """What the table was measured under: the load, and the largest wall/CPU of the ``aa`` row (default: the
+        baseline) over the batch sizes measured."""
+        name = aa or self.baseline
+        rows = [t for t in self.timings if t.name == name and not np.isnan(t.cpu_median_ms)]
         parts = [str(self.load) if self.load is not None else "load not recorded"]
-        if not np.isnan(row.cpu_median_ms):
-            parts.append(f"wall/CPU of the {row.name!r} calls {row.wall_per_cpu:.2f}")
+        if rows:
+            worst = max(rows, key=lambda t: t.wall_per_cpu)
+            at = f" (at batch {worst.batch_size})" if len(rows) > 1 else ""
+            parts.append(f"wall/CPU of the {name!r} calls up to {worst.wall_per_cpu:.2f}{at}")
         return "; ".join(parts)
 
     def rows(self) -> list[dict[str, object]]:
@@ -405,8 +410,18 @@ def _check_ratio(ratio: float, noise: float) -> None:
         raise ValueError(f"need a time ratio > 0 and 0 <= noise < 1; got {ratio}, {noise}")
 
 
+def merge_loads(loads: Sequence[Load]) -> Load:
+    """One Load for measurements made one after the other: their total time, other programs' share over all of it
+    (weighted by each one's time), the highest load average."""
+    if not loads:
+        raise ValueError("merge_loads() needs at least one Load")
+    seconds = sum(load.seconds for load in loads)
+    share = sum(load.others_share * load.seconds for load in loads) / seconds if seconds > 0 else 0.0
+    return Load(share, max(load.load_average for load in loads), loads[0].cpus, seconds)
+
+
 def merge(tables: Sequence[BenchTable]) -> BenchTable:
-    """One table from several (e.g. one per batch size) that share a baseline and a clock; the busiest load is kept."""
+    """One table from several (e.g. one per batch size) that share a baseline and a clock, with their loads merged."""
     if not tables:
         raise ValueError("merge() needs at least one table")
     for what in ("baseline", "clock"):
@@ -414,8 +429,9 @@ def merge(tables: Sequence[BenchTable]) -> BenchTable:
         if len(values) != 1:
             raise ValueError(f"tables have different {what}s: {sorted(values)}")
     loads = [table.load for table in tables if table.load is not None]
-    busiest = max(loads, key=lambda load: load.others_share) if loads else None
-    return BenchTable([t for table in tables for t in table.timings], tables[0].baseline, tables[0].clock, busiest)
+    return BenchTable(
+        [t for table in tables for t in table.timings], tables[0].baseline, tables[0].clock, merge_loads(loads) if loads else None
+    )
 
 
 def plot(table: BenchTable, title: str = "Latency and throughput"):

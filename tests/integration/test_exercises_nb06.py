@@ -339,3 +339,8 @@ def test_q3_names_each_wrong_computation(bits, says):
 def test_q3_names_wrong_units(value, says):
     outcome = q3.evaluate(value)
     assert outcome.status == INCORRECT and says in outcome.message, outcome.message
+
+
+def test_q1_says_what_it_got_instead_of_a_class():
+    outcome = q1.evaluate(None)
+    assert outcome.status == INCORRECT and "got a NoneType" in outcome.message, outcome.message

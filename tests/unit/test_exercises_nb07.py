@@ -337,3 +337,15 @@ def _counted_at(fixed_level=None, signed=False):
 def test_q2_rejects_signed_counts_and_a_fixed_level(wrong, says):
     outcome = q2.evaluate(wrong)
     assert outcome.status == INCORRECT and says in outcome.message, outcome.message
+
+
+def test_q3_accepts_the_raw_recipe_whose_setter_takes_only_str():
+    def answer(source_path, target_path):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.optimized_model_filepath = target_path  # pybind's setter refuses a pathlib.Path
+        ort.InferenceSession(source_path, options, providers=["CPUExecutionProvider"])
+        return target_path
+
+    outcome = q3.evaluate(answer)
+    assert outcome.status == CORRECT, outcome.message

@@ -287,7 +287,10 @@ def test_a_wall_clock_verdict_on_a_busy_machine_says_so_and_a_cpu_verdict_does_n
     assert timing.BenchTable([faster, clean], "new", "cpu", busy).verdict("base") == "2.00x slower"
     assert timing.BenchTable([clean, faster], "base", "cpu", busy).verdict("new", noise=0.6) == "as fast (within ±60%)"
     conditions = timing.BenchTable([clean, faster], "base", "cpu", busy).conditions()
-    assert conditions.startswith("other programs used 60% of the 2 CPUs") and "wall/CPU of the 'base' calls 1.00" in conditions
+    assert conditions.startswith("other programs used 60% of the 2 CPUs") and "wall/CPU of the 'base' calls up to 1.00" in conditions
+    # over several batch sizes the worst wall/CPU is the one that tells the load (a short call stays clean)
+    waited = timing.Timing.from_samples("base", 64, [0.012], [0.004])
+    assert "up to 3.00 (at batch 64)" in timing.BenchTable([clean, waited], "base", "cpu", busy).conditions()
 
 
 def test_compare_candidates_records_cpu_time_and_the_load():
@@ -298,10 +301,12 @@ def test_compare_candidates_records_cpu_time_and_the_load():
         timing.compare_candidates({"a": lambda: None}, baseline="a", clock="both")
 
 
-def test_merge_refuses_tables_on_different_clocks_and_keeps_the_busiest_load():
+def test_merge_refuses_tables_on_different_clocks_and_merges_their_loads():
     base = [timing.Timing.from_samples("a", 1, [0.001], [0.001])]
-    calm, busy = (timing.Load(share, 1.0, 2, 1.0) for share in (0.05, 0.4))
+    calm, busy = timing.Load(0.05, 1.0, 2, 3.0), timing.Load(0.45, 2.5, 2, 1.0)
     merged = timing.merge([timing.BenchTable(base, "a", "cpu", calm), timing.BenchTable(base, "a", "cpu", busy)])
-    assert merged.load is busy
+    assert merged.load.seconds == 4.0 and merged.load.others_share == pytest.approx(0.15) and merged.load.load_average == 2.5
+    with pytest.raises(ValueError, match="at least one Load"):
+        timing.merge_loads([])
     with pytest.raises(ValueError, match="different clocks"):
         timing.merge([timing.BenchTable(base, "a", "cpu"), timing.BenchTable(base, "a", "wall")])
