@@ -492,7 +492,8 @@ def test_invented_methods_and_paths_add_no_metric_series(model_path):
 
 
 def test_metrics_render_is_valid_prometheus_text():
-    metrics = svc_metrics.Metrics(max_batch=8, model_info={"name": 'a"b'})
+    metrics = svc_metrics.Metrics(max_batch=8)
+    metrics.model_info = lambda: [{"name": 'a"b'}]
     metrics.request_started()
     metrics.request_finished("POST", "/predict", 200, 0.003)
     metrics.observe_inference(3, 0.001)

@@ -115,23 +115,28 @@ def test_a_full_queue_refuses_at_once_and_the_queued_requests_still_finish():
     assert len(asyncio.run(scenario())) == 3 and calls == [1, 2]
 
 
-def test_a_failing_run_fails_every_caller_of_that_batch_and_the_batcher_recovers():
-    state = {"fail": True}
+def test_a_failed_merged_run_gives_each_caller_its_own_outcome_and_the_batcher_recovers():
+    calls: list[list[float]] = []
 
-    def run(rows):
-        if state["fail"]:
-            raise RuntimeError("kernel exploded")
-        return [rows]
+    def run(rows):  # refuses a row holding a negative value, as a model refuses an out-of-range token id
+        calls.append(rows[:, 0].tolist())
+        if (rows < 0).any():
+            raise RuntimeError("value out of range")
+        return [rows * 2]
 
-    batcher = _batcher(run)
+    batcher = _batcher(run, max_wait=0.0, limiter=CapacityLimiter(1))
 
     async def scenario():
-        outcomes = await asyncio.gather(batcher.submit(np.ones((1, 2))), batcher.submit(np.ones((2, 2))), return_exceptions=True)
-        state["fail"] = False
-        return outcomes, await batcher.submit(np.ones((3, 2)))
+        await batcher.submit(np.ones((1, 2)))  # the collector runs: the next three queue together behind the slot
+        inputs = [np.full((1, 2), 1.0), np.full((2, 2), -1.0), np.full((1, 2), 3.0)]
+        outcomes = await asyncio.gather(*(batcher.submit(x) for x in inputs), return_exceptions=True)
+        return outcomes, await batcher.submit(np.full((1, 2), 4.0))
 
-    outcomes, after = asyncio.run(scenario())
-    assert all(isinstance(o, RuntimeError) for o in outcomes) and after[0].shape == (3, 2)
+    (good, bad, other), after = asyncio.run(scenario())
+    np.testing.assert_array_equal(good[0], np.full((1, 2), 2.0))
+    np.testing.assert_array_equal(other[0], np.full((1, 2), 6.0))
+    assert isinstance(bad, RuntimeError) and after[0].shape == (1, 2)
+    assert calls[1:] == [[1.0, -1.0, -1.0, 3.0], [1.0], [-1.0, -1.0], [3.0], [4.0]]  # merged, failed, each alone
 
 
 def test_a_cancelled_caller_is_skipped():

@@ -335,3 +335,50 @@ def test_more_workers_than_cpus_is_logged_as_oversubscription(caplog):
     with caplog.at_level("WARNING", logger="onnx_service"):
         create_app(Settings(model=str(ensure_digits_cnn()), workers=64))
     assert any("exceed the" in record.getMessage() and "oversubscribed" in record.getMessage() for record in caplog.records)
+
+
+def test_the_supervisor_of_several_workers_keeps_no_copy_of_the_model(monkeypatch):
+    import gc
+    import weakref
+
+    from onnx_service import __main__ as entry
+
+    loaded: list[weakref.ref] = []
+    real_load = entry.load_served_model
+
+    def load_and_watch(*args, **kwargs):
+        model = real_load(*args, **kwargs)
+        loaded.append(weakref.ref(model))
+        return model
+
+    held: dict[str, bool] = {}
+
+    def serve_nothing(settings, app, listener):  # where uvicorn's supervisor would start the workers
+        gc.collect()
+        held["model"] = loaded[0]() is not None
+        listener.close()
+        return 0
+
+    monkeypatch.setattr(entry, "load_served_model", load_and_watch)
+    monkeypatch.setattr(entry, "_serve", serve_nothing)
+    monkeypatch.setattr(entry, "_die_with_parent", lambda: None)
+    monkeypatch.setattr(entry.signal, "signal", lambda *args: None)  # main() installs a SIGTERM handler
+    assert entry.main(["--model", str(ensure_digits_cnn()), "--workers", "2", "--port", "0"]) == 0
+    assert held == {"model": False}, "the supervisor process still holds the model it checked"
+
+
+@pytest.mark.slow
+def test_sigint_during_a_drain_ends_the_process_without_waiting_for_the_drain():
+    service = serving.start(ensure_digits_cnn(), drain_seconds=120)
+    with httpx.Client(base_url=service.url, timeout=10.0) as client:
+        service.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while client.get("/ready").status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert client.get("/ready").status_code == 503  # draining: the 120 s timer runs
+    service.process.send_signal(signal.SIGINT)
+    try:
+        service.process.wait(60)  # far less than the drain: the timer does not keep the process alive
+    except subprocess.TimeoutExpired:
+        service.process.kill()
+        raise AssertionError("the process waited for the drain timer after SIGINT") from None

@@ -54,6 +54,7 @@ async def put_routing(request: Request, service: AdminDep) -> JSONResponse:
         new = await anyio.to_thread.run_sync(
             routing.build, document, service.router, service.contract, service.load_version, service.make_batcher
         )
+        await service.warm_up_new_versions(new)  # as at start-up: a version that cannot run is never switched to
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
     except (routing.RoutingError, ModelError) as error:

@@ -104,7 +104,9 @@ def _drain_on_sigterm(service: Service) -> None:
         delay = service.settings.drain_seconds
         log.info("SIGTERM: draining for %g s, then shutting down", delay)
         if delay > 0:
-            threading.Timer(delay, shut_down, (signum, frame)).start()
+            timer = threading.Timer(delay, shut_down, (signum, frame))
+            timer.daemon = True  # a SIGINT during the drain ends the process at once: the timer must not keep it alive
+            timer.start()
         else:
             shut_down(signum, frame)
 
@@ -120,10 +122,10 @@ def _serve_docs_offline(app: FastAPI) -> None:
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="swagger-ui")
 
     @app.get("/docs", include_in_schema=False)
-    async def docs() -> HTMLResponse:
+    async def docs(request: Request) -> HTMLResponse:  # request.app, not a closure: FastAPI caches endpoints, the app must not stay alive
         return get_swagger_ui_html(
-            openapi_url=app.openapi_url,
-            title=f"{app.title} - API docs",
+            openapi_url=request.app.openapi_url,
+            title=f"{request.app.title} - API docs",
             swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
             swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Annotated, Any
+from collections.abc import Awaitable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
@@ -12,7 +14,9 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, R
 from . import routing
 from .batching import QueueFull
 from .service import Service, get_service
-from .validation import FIELD, RequestError, check_content_type, parse_json, read_body, to_batch
+from .validation import CLIENT_CLOSED, FIELD, RequestError, check_content_type, parse_json, read_body, to_batch
+
+T = TypeVar("T")
 
 RESPONSES = {
     400: {"description": "not JSON"},
@@ -33,7 +37,10 @@ async def predict(request: Request, service: Annotated[Service, Depends(get_serv
     router_now = service.router  # this request finishes on the router it started with
     alias, version = router_now.pick(request.headers.get(routing.KEY_HEADER))
     try:
-        outputs = await service.infer(version, batch)
+        outputs = await unless_the_client_leaves(request, service.infer(version, batch))
+    except ClientLeft:  # nobody reads the answer: recorded as 499 (the request was dropped if it had not started running)
+        detail = "the client closed the connection before the answer"
+        return JSONResponse({"error": "client_closed_request", "detail": detail}, status_code=CLIENT_CLOSED)
     except QueueFull as full:
         headers = {"Retry-After": str(full.retry_after)}
         return JSONResponse({"error": "overloaded", "detail": str(full)}, status_code=503, headers=headers)
@@ -58,6 +65,37 @@ async def predict(request: Request, service: Annotated[Service, Depends(get_serv
     if shadow is not None and shadow is not version and alias == routing.CHAMPION:  # the shadow is compared with the champion only
         service.start_shadow(shadow, batch, result["predictions"])
     return Response(text, media_type="application/json", headers={"X-Model-Version": version.name})
+
+
+class ClientLeft(Exception):
+    """The client closed the connection while its request waited for or ran its inference."""
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns once the client has closed the connection (the body was read already: nothing else can arrive)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_the_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, or ClientLeft when the client disconnects first; ``work`` is then cancelled.
+
+    uvicorn does not cancel a request's task when its client goes away (it only marks the connection
+    closed), so the service listens for ``http.disconnect`` itself. A cancelled request still waiting in
+    the batcher's queue or for an inference slot never runs; one already running finishes in its thread.
+    """
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())  # a dropped task's error is not "never retrieved"
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():  # the client left (or this handler was cancelled)
+            task.cancel()
+    if not task.done() or task.cancelled():
+        raise ClientLeft
+    return task.result()
 
 
 def refused_by_the_model(error: Exception, version: routing.Version) -> bool:

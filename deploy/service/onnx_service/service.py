@@ -52,11 +52,8 @@ class Service:
             )
         self.shadow_running = 0  # shadow runs holding a live slot (see start_shadow)
         self.warm_up_error: str | None = None
-        self.metrics = Metrics(
-            self.contract.max_batch,
-            {"name": model.name, "opset": str(model.opset), "sha256": model.sha256},
-            batch_max_size=settings.batch_max_size if settings.batching else 0,
-        )
+        self.metrics = Metrics(self.contract.max_batch, batch_max_size=settings.batch_max_size if settings.batching else 0)
+        self.metrics.model_info = self.served_versions
         self.router = router or routing.single(settings.model_name or routing.version_name(model.name), model, self.make_batcher(model))
         self.metrics.queue_depth = self.queued
         self.in_flight = 0  # threadpool mode: requests running or waiting for an inference slot
@@ -116,43 +113,82 @@ class Service:
             return "warming up: the model's first runs have not finished"
         return None
 
-    def warm_up_sizes(self) -> tuple[int, ...]:
+    def served_versions(self) -> list[dict[str, str]]:
+        """One label set per version served now (onnx_service_model_info): its aliases ("shadow" too), model, opset, sha256."""
+        router = self.router
+        roles: dict[str, list[str]] = {name: [] for name in router.versions}
+        for alias, name in router.aliases.items():
+            roles[name].append(alias)
+        if router.shadow:
+            roles[router.shadow].append("shadow")
+        return [
+            {
+                "version": name,
+                "alias": ",".join(roles[name]) or "none",
+                "name": v.model.name,
+                "opset": str(v.model.opset),
+                "sha256": v.model.sha256,
+            }
+            for name, v in router.versions.items()
+        ]
+
+    def warm_up_sizes(self, model: LoadedModel | None = None) -> tuple[int, ...]:
         """Batch sizes of the warm-up runs: 1 and the largest batch the service will run (a fixed batch: only that)."""
-        if self.model.fixed_batch:
-            return (self.model.fixed_batch,)
+        model = model or self.model
+        if model.fixed_batch:
+            return (model.fixed_batch,)
         return (1, self.settings.batch_max_size if self.settings.batching else min(self.contract.max_batch, 8))
 
-    async def warm_up(self) -> None:
-        """Run each version on zeros (the first runs allocate memory), then mark the service warm.
+    async def warm_up_failure(self, version: routing.Version) -> str | None:
+        """Run ``version`` on zeros at every warm-up size; why it failed, or None.
 
-        A failed run is logged and kept: /ready then answers 503 with the reason instead of "warming up" for ever.
         A version with free non-batch dimensions is the exception: each request chooses those sizes, the
-        warm-up's guess (1) proves nothing about them, so a failure is logged as a warning and the service
+        warm-up's guess (1) proves nothing about them, so a failure is logged as a warning and the version
         serves (a shape the model refuses gets 422 ``model_refused_input``).
         """
         example = [d if d is not None else 1 for d in self.contract.example_shape]
+        size = 0
+        try:
+            for size in self.warm_up_sizes(version.model):
+                zeros = np.zeros([size, *example], dtype=self.contract.dtype)
+                outputs = await anyio.to_thread.run_sync(version.model.run, zeros, limiter=self.inference_slots)
+                if any(len(output) != size for output in outputs):
+                    raise ModelError(f"{size} examples gave outputs of {[len(output) for output in outputs]} rows")
+        except Exception as error:
+            failure = f"{type(error).__name__} on zeros of shape {[size, *example]}: {str(error)[:300]}"
+            free = version.model.free_dimensions()
+            if not free:
+                return failure
+            log.warning(
+                "warm-up of version %s skipped: its free dimensions (%s) are set by each request, and the guess failed: %s",
+                version.name,
+                ", ".join(free),
+                failure,
+            )
+        return None
+
+    async def warm_up(self) -> None:
+        """Warm up every version (the first runs allocate memory), then mark the service warm.
+
+        A failed run is logged and kept: /ready then answers 503 with the reason instead of "warming up" for ever.
+        """
         for version in list(self.router.versions.values()):
-            try:
-                for size in self.warm_up_sizes():
-                    zeros = np.zeros([size, *example], dtype=self.contract.dtype)
-                    outputs = await anyio.to_thread.run_sync(version.model.run, zeros, limiter=self.inference_slots)
-                    if any(len(output) != size for output in outputs):
-                        raise ModelError(f"{size} examples gave outputs of {[len(output) for output in outputs]} rows")
-            except Exception as error:
-                failure = f"{type(error).__name__} on zeros of shape {[size, *example]}: {str(error)[:300]}"
-                free = version.model.free_dimensions()
-                if free:
-                    log.warning(
-                        "warm-up of version %s skipped: its free dimensions (%s) are set by each request, and the guess failed: %s",
-                        version.name,
-                        ", ".join(free),
-                        failure,
-                    )
-                    continue
+            failure = await self.warm_up_failure(version)
+            if failure:
                 self.warm_up_error = failure
                 log.error("warm-up of version %s failed; /ready stays 503: %s", version.name, failure)
                 return
         self.warm = True
+
+    async def warm_up_new_versions(self, new: routing.Router) -> None:
+        """Warm up the versions ``new`` loaded (not those it reuses) as start-up does; RoutingError names the first that fails."""
+        served = {id(version.model) for version in self.router.versions.values()}
+        for version in new.versions.values():
+            if id(version.model) in served:
+                continue
+            failure = await self.warm_up_failure(version)
+            if failure:
+                raise routing.RoutingError(f"version {version.name} failed its warm-up, so nothing changed: {failure}")
 
     def _timed_run(self, version_model: LoadedModel, batch: Any) -> tuple[list[Any], float]:
         start = time.perf_counter()
