@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import uvicorn
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from labsupport.topics import serving
@@ -196,3 +198,76 @@ def test_a_request_whose_client_left_is_dropped_before_it_runs_and_counted_499(m
     assert statuses == [499, 499] and queued_after == 0  # they left the queue at once
     assert answered.status_code == 200 and session.runs == [[1]] and session.started == 1  # theirs never ran
     assert samples[("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "499")))] == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_full_queue_answers_503_with_retry_after_at_once_and_the_queued_requests_finish(mode):
+    session = StandInSession()
+    app = standin_app(session, mode, batch_queue_limit=2)
+    service = app.state.service
+
+    async def scenario():
+        async with client_for(app) as client:
+            session.hold()
+            first = asyncio.create_task(client.post("/predict", json=tokens(1)))
+            await asyncio.to_thread(session.wait_until_started, 1)
+            queued = [asyncio.create_task(client.post("/predict", json=tokens(i))) for i in (2, 3)]
+            await until(lambda: service.queued() == 2, "the queue full")
+            refused = await client.post("/predict", json=tokens(4))  # answered while every other request is still held
+            answered_before_the_refusal = [task.done() for task in (first, *queued)]
+            session.release()
+            answers = await asyncio.gather(first, *queued)
+            return refused, answered_before_the_refusal, answers, await client.post("/predict", json=tokens(5))
+
+    refused, answered_before_the_refusal, answers, after = asyncio.run(scenario())
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert refused.json()["error"] == "overloaded" and "2 requests queued" in refused.json()["detail"]
+    assert answered_before_the_refusal == [False, False, False], "a full queue must refuse at once, not wait for room"
+    assert [answer.status_code for answer in answers] == [200, 200, 200] and after.status_code == 200
+
+
+def _serve_in_a_thread(app) -> tuple[uvicorn.Server, threading.Thread, str]:
+    """uvicorn on 127.0.0.1 (any free port) in a thread; ``server.should_exit = True`` starts its graceful shutdown, as SIGTERM does."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=60)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    for _ in range(3000):
+        if server.started:
+            break
+        thread.join(0.01)
+    assert server.started, "uvicorn did not start"
+    return server, thread, f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_shutdown_with_requests_in_the_queue_loses_none(mode):
+    session = StandInSession()
+    app = standin_app(session, mode)
+    service = app.state.service
+    server, thread, url = _serve_in_a_thread(app)
+    warm_up_runs = session.started
+    session.hold()
+    answers: list = [None] * 8
+
+    def send(i: int) -> None:
+        with httpx.Client(base_url=url, timeout=60.0) as client:
+            answers[i] = client.post("/predict", json=tokens(10 + i))
+
+    clients = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(8)]
+    clients[0].start()
+    session.wait_until_started(warm_up_runs + 1)  # the first request holds the slot: the other seven queue
+    for client in clients[1:]:
+        client.start()
+    asyncio.run(until(lambda: service.queued() == 7, "seven requests queued behind the held run"))
+    server.should_exit = True  # what uvicorn's SIGTERM handler does: stop accepting, finish the requests it has
+    asyncio.run(until(lambda: bool(server.servers) and not any(s.is_serving() for s in server.servers), "the listener closed"))
+    session.release()
+    for client in clients:
+        client.join(60)
+    thread.join(60)
+    assert not thread.is_alive()
+    assert [answer.status_code for answer in answers] == [200] * 8
+    assert [answer.json()["predictions"] for answer in answers] == [[(10 + i) % CLASSES] for i in range(8)]

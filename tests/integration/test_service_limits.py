@@ -174,15 +174,6 @@ def test_with_one_slot_the_shadow_is_always_skipped_and_a_cpu_bound_live_request
     assert counts == {"skipped": 5 * 15}, counts  # one slot: the shadow never runs, and every example is counted
 
 
-@pytest.mark.slow
-def test_the_default_mode_refuses_with_503_when_too_many_wait(images):
-    app = _slow_app(Settings(model=str(ensure_digits_cnn()), batch_queue_limit=1), slots=1)
-    answers = asyncio.run(_latencies(app, serving.payload(images[:1]), [0.0, 0.05, 0.1]))
-    statuses = [status for status, _ in answers]
-    assert statuses == [200, 200, 503], answers  # one runs, one waits, the third is refused at once
-    assert answers[2][1] < RUN_SECONDS / 2, "a refusal must not wait"
-
-
 def test_a_failed_warm_up_says_why_in_ready_and_in_the_log(caplog):
     app = create_app(Settings(model=str(ensure_digits_cnn())))
 
