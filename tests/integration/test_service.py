@@ -332,7 +332,7 @@ def test_a_file_named_outside_the_header_alphabet_serves_under_a_sanitised_versi
     unnamed = tmp_path / "\u6a21\u578b.onnx"
     unnamed.write_bytes(model_path.read_bytes())
     assert svc_model.load_served_model(unnamed).name == "\u6a21\u578b"
-    assert create_app(svc_config.Settings(model=str(unnamed))).state.service.router.aliases == {"champion": "1"}
+    assert create_app(svc_config.Settings(model=str(unnamed))).state.service.routing.aliases == {"champion": "1"}
 
 
 def test_startup_on_a_port_in_use_exits_non_zero(model_path):

@@ -19,6 +19,7 @@ import httpx
 import numpy as np
 import pytest
 import uvicorn
+from fastapi.testclient import TestClient
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from labsupport.topics import serving
@@ -271,3 +272,15 @@ def test_shutdown_with_requests_in_the_queue_loses_none(mode):
     assert not thread.is_alive()
     assert [answer.status_code for answer in answers] == [200] * 8
     assert [answer.json()["predictions"] for answer in answers] == [[(10 + i) % CLASSES] for i in range(8)]
+
+
+def test_every_route_of_the_app_is_its_own_path_label_in_metrics():
+    app = standin_app(StandInSession(), "threadpool")
+    paths = sorted({*app.openapi()["paths"], "/docs", "/openapi.json"})  # every route in the schema, and the docs
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for path in [*paths, "/no-such-route"]:
+            client.get(path)
+        samples = serving.parse_metrics(client.get("/metrics").text)
+    labels = {dict(labels)["path"] for name, labels in samples if name == "onnx_service_requests_total"}
+    assert {"/predict", "/health", "/ready", "/metrics", "/admin/routing", "/docs", "/openapi.json"} <= set(paths)
+    assert labels == {*paths, "other"}, labels  # a route is never counted as "other"; an unknown path always is

@@ -56,7 +56,7 @@ def _slow_app(settings: Settings, slots: int):
     app = create_app(settings)
     service = app.state.service
     service.inference_slots.total_tokens = slots
-    for version in service.router.versions.values():
+    for version in service.routing.versions.values():
         real = version.model.run
 
         def slow(batch, real=real):
@@ -180,7 +180,7 @@ def test_a_failed_warm_up_says_why_in_ready_and_in_the_log(caplog):
     def broken(batch):
         raise RuntimeError("the model cannot run")
 
-    for version in app.state.service.router.versions.values():
+    for version in app.state.service.routing.versions.values():
         version.model.run = broken
     from fastapi.testclient import TestClient
 

@@ -110,7 +110,7 @@ class Batcher:
                 await self._collector
             if not self._waiting:
                 return
-            self._start()  # a request queued while the collector was stopping (a router that still uses us): serve it first
+            self._start()  # a request queued while the collector was stopping (a routing that still uses us): serve it first
 
     async def _collect(self) -> None:
         while True:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import providers
+from .text import excerpt
 
 # ONNX Runtime type strings -> NumPy dtypes the service accepts as model inputs
 _NUMPY_TYPES = {
@@ -152,8 +153,6 @@ def _tensors(graph: Any) -> Iterator[Any]:
 
 def _read_verified(path: Path, expected_sha256: str) -> tuple[bytes, str]:
     """(the file's bytes, their sha256), read once: these bytes are the ones checked and the ones loaded."""
-    from .validation import excerpt  # (validation imports this module)
-
     shown = excerpt(str(path), tail=True)  # a routing document's path comes from a client: an excerpt that keeps the file name
     try:
         if not path.exists():
@@ -177,8 +176,6 @@ def _parse(data: bytes, path: Path) -> Any:
     """The ModelProto in ``data``; ModelError when it is not ONNX or keeps tensors in external files (not covered by the sha256)."""
     import onnx
     from onnx.external_data_helper import uses_external_data
-
-    from .validation import excerpt
 
     try:
         proto = onnx.load_model_from_string(data)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, RuntimeException
 
 from . import routing
 from .batching import QueueFull
-from .service import Service, get_service
+from .service import Service, ServiceDep
 from .validation import CLIENT_CLOSED, FIELD, RequestError, check_content_type, parse_json, read_body, to_batch
 
 T = TypeVar("T")
@@ -27,15 +27,15 @@ RESPONSES = {
 }
 
 
-async def predict(request: Request, service: Annotated[Service, Depends(get_service)]) -> Response:
+async def predict(request: Request, service: ServiceDep) -> Response:
     try:
         check_content_type(request.headers.get("content-type"))
         body = await read_body(request, service.settings.max_body_bytes)
         batch, _single = to_batch(parse_json(body), service.contract)
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
-    router_now = service.router  # this request finishes on the router it started with
-    alias, version = router_now.pick(request.headers.get(routing.KEY_HEADER))
+    routing_now = service.routing  # this request finishes on the routing it started with
+    alias, version = routing_now.pick(request.headers.get(routing.KEY_HEADER))
     try:
         outputs = await unless_the_client_leaves(request, service.infer(version, batch))
     except ClientLeft:  # nobody reads the answer: recorded as 499 (the request was dropped if it had not started running)
@@ -61,7 +61,7 @@ async def predict(request: Request, service: Annotated[Service, Depends(get_serv
         detail = "these inputs make the model's outputs overflow (not finite); send values in the range the model was trained on"
         return JSONResponse({"error": "non_finite_output", "detail": detail}, status_code=422)
     service.metrics.observe_version(version.name, alias)
-    shadow = router_now.versions.get(router_now.shadow) if router_now.shadow else None
+    shadow = routing_now.versions.get(routing_now.shadow) if routing_now.shadow else None
     if shadow is not None and shadow is not version and alias == routing.CHAMPION:  # the shadow is compared with the champion only
         service.start_shadow(shadow, batch, result["predictions"])
     return Response(text, media_type="application/json", headers={"X-Model-Version": version.name})

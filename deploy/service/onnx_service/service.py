@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
 import numpy as np
 from anyio import CapacityLimiter
-from fastapi import Request
+from fastapi import Depends, Request
 
 from . import routing
 from .batching import Batcher, QueueFull
@@ -36,9 +36,9 @@ def slots_per_worker(usable_cpus: int, threads: int, workers: int) -> int:
 
 
 class Service:
-    """Settings, model contract, metrics, the router of versions and the limits every request goes through."""
+    """Settings, model contract, metrics, the routing of versions and the limits every request goes through."""
 
-    def __init__(self, settings: Settings, model: LoadedModel, cpus: CpuBudget, router: routing.Router | None = None):
+    def __init__(self, settings: Settings, model: LoadedModel, cpus: CpuBudget):
         self.settings, self.model, self.cpus = settings, model, cpus
         self.contract = model.contract(settings.max_batch)
         self.slots = slots_per_worker(cpus.usable, settings.threads, settings.workers)
@@ -54,7 +54,7 @@ class Service:
         self.warm_up_error: str | None = None
         self.metrics = Metrics(self.contract.max_batch, batch_max_size=settings.batch_max_size if settings.batching else 0)
         self.metrics.model_info = self.served_versions
-        self.router = router or routing.single(settings.model_name or routing.version_name(model.name), model, self.make_batcher(model))
+        self.routing = routing.single(settings.model_name or routing.version_name(model.name), model, self.make_batcher(model))
         self.metrics.queue_depth = self.queued
         self.in_flight = 0  # threadpool mode: requests running or waiting for an inference slot
         self.warm, self.draining = False, False
@@ -79,9 +79,9 @@ class Service:
             observe=self.metrics.observe_batch,
         )
 
-    def switch_router(self, new: routing.Router) -> None:
-        """Serve ``new`` from now on; the batchers only the old router used close once their queued requests are answered."""
-        old, self.router = self.router, new  # one assignment: requests in flight finish on the router they started with
+    def switch_routing(self, new: routing.Routing) -> None:
+        """Serve ``new`` from now on; the batchers only the old routing used close once their queued requests are answered."""
+        old, self.routing = self.routing, new  # one assignment: requests in flight finish on the routing they started with
         kept = {id(version.runner) for version in new.versions.values()}
         for version in old.versions.values():
             if version.runner is not None and id(version.runner) not in kept:
@@ -101,7 +101,7 @@ class Service:
 
     def queued(self) -> int:
         """Requests waiting for an inference slot, in every mode."""
-        return self.waiting_for_slot() + sum(v.runner.queued for v in self.router.versions.values() if v.runner)
+        return self.waiting_for_slot() + sum(v.runner.queued for v in self.routing.versions.values() if v.runner)
 
     def readiness(self) -> str | None:
         """Why the service should get no traffic now (None: ready)."""
@@ -115,12 +115,12 @@ class Service:
 
     def served_versions(self) -> list[dict[str, str]]:
         """One label set per version served now (onnx_service_model_info): its aliases ("shadow" too), model, opset, sha256."""
-        router = self.router
-        roles: dict[str, list[str]] = {name: [] for name in router.versions}
-        for alias, name in router.aliases.items():
+        served = self.routing
+        roles: dict[str, list[str]] = {name: [] for name in served.versions}
+        for alias, name in served.aliases.items():
             roles[name].append(alias)
-        if router.shadow:
-            roles[router.shadow].append("shadow")
+        if served.shadow:
+            roles[served.shadow].append("shadow")
         return [
             {
                 "version": name,
@@ -129,7 +129,7 @@ class Service:
                 "opset": str(v.model.opset),
                 "sha256": v.model.sha256,
             }
-            for name, v in router.versions.items()
+            for name, v in served.versions.items()
         ]
 
     def warm_up_sizes(self, model: LoadedModel | None = None) -> tuple[int, ...]:
@@ -172,7 +172,7 @@ class Service:
 
         A failed run is logged and kept: /ready then answers 503 with the reason instead of "warming up" for ever.
         """
-        for version in list(self.router.versions.values()):
+        for version in list(self.routing.versions.values()):
             failure = await self.warm_up_failure(version)
             if failure:
                 self.warm_up_error = failure
@@ -180,9 +180,9 @@ class Service:
                 return
         self.warm = True
 
-    async def warm_up_new_versions(self, new: routing.Router) -> None:
+    async def warm_up_new_versions(self, new: routing.Routing) -> None:
         """Warm up the versions ``new`` loaded (not those it reuses) as start-up does; RoutingError names the first that fails."""
-        served = {id(version.model) for version in self.router.versions.values()}
+        served = {id(version.model) for version in self.routing.versions.values()}
         for version in new.versions.values():
             if id(version.model) in served:
                 continue
@@ -247,3 +247,6 @@ class Service:
 def get_service(request: Request) -> Service:
     """FastAPI dependency: the application's Service."""
     return request.app.state.service
+
+
+ServiceDep = Annotated["Service", Depends(get_service)]  # what a route declares to get the Service
