@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from labsupport.topics import serving
+from onnx_service import routing
 from onnx_service.app import create_app
 from onnx_service.config import Settings
 from onnx_service.model import LoadedModel, TensorSpec
@@ -284,3 +285,52 @@ def test_every_route_of_the_app_is_its_own_path_label_in_metrics():
     labels = {dict(labels)["path"] for name, labels in samples if name == "onnx_service_requests_total"}
     assert {"/predict", "/health", "/ready", "/metrics", "/admin/routing", "/docs", "/openapi.json"} <= set(paths)
     assert labels == {*paths, "other"}, labels  # a route is never counted as "other"; an unknown path always is
+
+
+def shadowed_app(champion: StandInSession, shadow: StandInSession, slots: int):
+    """The stand-in app serving version "1" with version "2" (another stand-in) as its shadow, and ``slots`` inference slots."""
+    app = create_app(Settings(), model=standin_model(champion))
+    service = app.state.service
+    service.inference_slots.total_tokens = slots
+    versions = {"1": routing.Version("1", standin_model(champion)), "2": routing.Version("2", standin_model(shadow))}
+    service.routing = routing.Routing(versions, {routing.CHAMPION: "1"}, shadow="2")
+    return app
+
+
+def shadow_counts(app) -> dict[str, float]:
+    samples = serving.parse_metrics(app.state.service.metrics.render())
+    return {dict(labels)["outcome"]: value for (name, labels), value in samples.items() if name == "onnx_service_shadow_examples_total"}
+
+
+def test_a_running_shadow_leaves_a_slot_to_the_next_live_request_which_never_queues():
+    champion, shadow = StandInSession(), StandInSession()
+    app = shadowed_app(champion, shadow, slots=2)
+    service = app.state.service
+
+    async def scenario():
+        async with client_for(app) as client:
+            shadow.hold()
+            first = await client.post("/predict", json=tokens(1))  # two free slots: its shadow run starts, and is held
+            await asyncio.to_thread(shadow.wait_until_started, 1)
+            during = await client.post("/predict", json=tokens(2))  # answered while the shadow still holds its slot
+            queued_during, shadow_done_before = service.queued(), shadow.runs != []
+            shadow.release()
+            await until(lambda: service.inference_slots.borrowed_tokens == 0, "the shadow gave its slot back")
+            return first, during, queued_during, shadow_done_before
+
+    first, during, queued_during, shadow_done_before = asyncio.run(scenario())
+    assert first.status_code == during.status_code == 200 and queued_during == 0 and not shadow_done_before
+    assert shadow_counts(app) == {"agree": 1, "disagree": 0, "skipped": 1}  # the second found one free slot: it kept it for live work
+    assert champion.runs == [[1], [2]] and shadow.runs == [[1]]
+
+
+def test_with_one_slot_the_shadow_never_runs_and_every_example_is_counted_skipped():
+    champion, shadow = StandInSession(), StandInSession()
+    app = shadowed_app(champion, shadow, slots=1)
+
+    async def scenario():
+        async with client_for(app) as client:
+            return [(await client.post("/predict", json=tokens(i))).status_code for i in range(5)]
+
+    assert asyncio.run(scenario()) == [200] * 5
+    assert shadow_counts(app) == {"skipped": 5} and shadow.started == 0  # so it costs the live request nothing
