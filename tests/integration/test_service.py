@@ -438,7 +438,7 @@ def test_model_with_two_inputs_is_refused(tmp_path):
     )
     path = tmp_path / "two.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION), path)
-    with pytest.raises(svc_model.ModelError, match=r"exactly one input; two\.onnx has 2: a, b"):
+    with pytest.raises(svc_model.ModelError, match=r"exactly one input; 'two\.onnx' has 2: a, b"):
         svc_model.load_served_model(path)
 
 

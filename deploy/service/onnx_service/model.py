@@ -203,7 +203,7 @@ def _open_session(data: bytes, path: Path, threads: int, provider: str) -> Any:
     except providers.ProviderError as error:
         raise ModelError(str(error)) from None
     except Exception as error:
-        raise ModelError(f"ONNX Runtime cannot load {path.name}: {error}") from None
+        raise ModelError(f"ONNX Runtime cannot load {excerpt(path.name)}: {error}") from None
     return session
 
 
@@ -211,7 +211,7 @@ def _input_spec(session: Any, path: Path) -> TensorSpec:
     inputs = session.get_inputs()
     if len(inputs) != 1:
         names = ", ".join(arg.name for arg in inputs)
-        raise ModelError(f"the service serves models with exactly one input; {path.name} has {len(inputs)}: {names}")
+        raise ModelError(f"the service serves models with exactly one input; {excerpt(path.name)} has {len(inputs)}: {names}")
     spec = TensorSpec(inputs[0].name, inputs[0].type, tuple(inputs[0].shape))
     if spec.type not in _NUMPY_TYPES:
         raise ModelError(f"input {spec.name!r} has type {spec.type}; supported: {', '.join(_NUMPY_TYPES)}")
@@ -228,7 +228,9 @@ def _output_roles(out_specs: list[TensorSpec], path: Path) -> tuple[str | None, 
     label = next((o.name for o in out_specs if o.type in {"tensor(int64)", "tensor(int32)", "tensor(string)"} and len(o.shape) == 1), None)
     if score is None and label is None:
         described = ", ".join(f"{o.name} {o.type} {list(o.shape)}" for o in out_specs)
-        raise ModelError(f"{path.name} is not a classifier: expected a [n, classes] float output or a [n] label output, got {described}")
+        raise ModelError(
+            f"{excerpt(path.name)} is not a classifier: expected a [n, classes] float output or a [n] label output, got {described}"
+        )
     return score, label
 
 
