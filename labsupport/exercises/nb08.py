@@ -109,6 +109,33 @@ class _SlowSession:
         return [image.reshape(len(image), -1)]
 
 
+class _SleepWatch:
+    """Replaces time.sleep while infer runs and records a call made on the event loop's thread (a sleep there blocks the loop).
+
+    The verdict does not depend on how long the sleep lasts or how busy the machine is: any time.sleep on the
+    loop stops every other request for its duration, however short.
+    """
+
+    def __init__(self) -> None:
+        self.on_the_loop: float | None = None
+        self._real = time.sleep
+
+    def sleep(self, seconds: float) -> None:
+        try:
+            asyncio.get_running_loop()
+            self.on_the_loop = seconds
+        except RuntimeError:  # a worker thread may sleep: the loop keeps running
+            pass
+        self._real(seconds)
+
+    def __enter__(self) -> _SleepWatch:
+        time.sleep = self.sleep
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        time.sleep = self._real
+
+
 def _run_with_heartbeat(infer, feeds) -> tuple[object, _SlowSession, float]:
     """(what infer returned, the stand-in session it ran, the longest stall of the event loop during infer)."""
     heartbeat = _Heartbeat()
@@ -120,7 +147,14 @@ def _run_with_heartbeat(infer, feeds) -> tuple[object, _SlowSession, float]:
         await asyncio.sleep(0.005)  # the heartbeat is ticking before infer starts
         start = time.perf_counter()
         try:
-            return await infer(session, feeds), heartbeat.longest_stall(start, time.perf_counter())
+            with _SleepWatch() as watch:
+                outputs = await infer(session, feeds)
+            if watch.on_the_loop is not None:
+                raise Incorrect(
+                    f"time.sleep({watch.on_the_loop:g}) ran on the event loop: it blocks every other request for that long, "
+                    "however short (await asyncio.sleep(...) waits without blocking)"
+                )
+            return outputs, heartbeat.longest_stall(start, time.perf_counter())
         finally:
             stop.set()
             await beat
@@ -129,9 +163,14 @@ def _run_with_heartbeat(infer, feeds) -> tuple[object, _SlowSession, float]:
     return outputs, session, stall
 
 
+def _is_async_callable(infer) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one (exercises wrap functions: unwrap them)."""
+    return inspect.iscoroutinefunction(inspect.unwrap(infer)) or inspect.iscoroutinefunction(type(infer).__call__)
+
+
 def _check_nonblocking(infer) -> str:
-    if not callable(infer) or not inspect.iscoroutinefunction(inspect.unwrap(infer)):  # unwrap: exercises wrap functions
-        raise Incorrect("expected an `async def infer(session, feeds)` function")
+    if not callable(infer) or not _is_async_callable(infer):
+        raise Incorrect("expected an `async def infer(session, feeds)` function (or an object whose __call__ is `async def`)")
     feeds = {"image": np.arange(2 * 64, dtype=np.float32).reshape(2, 1, 8, 8)}  # distinct values: any reordering shows
     outputs, session, stall = _run_with_heartbeat(infer, feeds)
     expected = feeds["image"].reshape(2, 64)  # the stand-in's output for the feeds, unchanged

@@ -332,7 +332,7 @@ def test_a_file_named_outside_the_header_alphabet_serves_under_a_sanitised_versi
     unnamed = tmp_path / "\u6a21\u578b.onnx"
     unnamed.write_bytes(model_path.read_bytes())
     assert svc_model.load_served_model(unnamed).name == "\u6a21\u578b"
-    assert create_app(svc_config.Settings(model=str(unnamed))).state.service.router.aliases == {"champion": "1"}
+    assert create_app(svc_config.Settings(model=str(unnamed))).state.service.routing.aliases == {"champion": "1"}
 
 
 def test_startup_on_a_port_in_use_exits_non_zero(model_path):
@@ -438,7 +438,7 @@ def test_model_with_two_inputs_is_refused(tmp_path):
     )
     path = tmp_path / "two.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION), path)
-    with pytest.raises(svc_model.ModelError, match=r"exactly one input; two\.onnx has 2: a, b"):
+    with pytest.raises(svc_model.ModelError, match=r"exactly one input; 'two\.onnx' has 2: a, b"):
         svc_model.load_served_model(path)
 
 
@@ -492,7 +492,8 @@ def test_invented_methods_and_paths_add_no_metric_series(model_path):
 
 
 def test_metrics_render_is_valid_prometheus_text():
-    metrics = svc_metrics.Metrics(max_batch=8, model_info={"name": 'a"b'})
+    metrics = svc_metrics.Metrics(max_batch=8)
+    metrics.model_info = lambda: [{"name": 'a"b'}]
     metrics.request_started()
     metrics.request_finished("POST", "/predict", 200, 0.003)
     metrics.observe_inference(3, 0.001)

@@ -28,11 +28,21 @@ MAX_DETAIL = 600  # characters: the longest message the service writes, with its
 EXAMPLES = 300
 
 
+def _ready(http: TestClient):
+    """/ready once the warm-up task has finished (it runs beside the first requests: the lifespan does not wait for it)."""
+    for _ in range(1000):
+        response = http.get("/ready")
+        if "warming up" not in response.json().get("reason", ""):
+            return response
+        time.sleep(0.01)
+    raise AssertionError("the warm-up never finished")
+
+
 @pytest.fixture(scope="module")
 def client():
     app = create_app(Settings(model=str(ensure_digits_cnn()), max_body_bytes=65_536, admin_token="secret"))
     with TestClient(app, raise_server_exceptions=False) as http:
-        assert http.get("/ready").status_code == 200  # warmed up: the lifespan ran
+        assert _ready(http).status_code == 200  # warmed up: the lifespan's warm-up task finished
         yield http
 
 
@@ -57,7 +67,7 @@ def free_sizes_client(tmp_path_factory):
         deadline = time.monotonic() + 10
         while "warming up" in http.get("/ready").json().get("reason", "") and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert http.get("/ready").status_code == 200  # warm-up's 1x1 guess fails; the service serves anyway
+        assert _ready(http).status_code == 200  # warm-up's 1x1 guess fails; the service serves anyway
         yield http
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -9,11 +10,13 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import onnxruntime as ort
 import pytest
 from fastapi.testclient import TestClient
 
 from labsupport.course.data import load_digits
+from labsupport.models.contract import IR_VERSION, OPSET
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.models.digits_sklearn import ensure_digits_sklearn
 from labsupport.models.heavy_classifier import write_heavy_classifier
@@ -298,3 +301,89 @@ def test_promote_and_roll_back_under_load_without_a_failed_request(versions, ima
     assert all(r.errors == 0 and r.wrong == 0 and set(r.statuses) == {200} for r in results), [r.first_error for r in results]
     assert served.get("1", 0) > 0 and served.get("2", 0) > 0  # both versions answered during the test
     assert service.process.returncode == 0
+
+
+def _digits_like(path: Path, target_shape: list[int], seed: int = 0) -> str:
+    """A model taking the CNN's input [batch, 1, 8, 8]: Reshape to ``target_shape``, MatMul to 10 logits.
+
+    [-1, 64] runs every batch; [-1, 65] fails on every run; [1, 64] runs a batch of 1 only.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = np.random.default_rng(seed).standard_normal((target_shape[-1], 10)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["image", "shape"], ["flat"]), helper.make_node("MatMul", ["flat", "weights"], ["logits"])],
+        "digits_like",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
+        [numpy_helper.from_array(np.array(target_shape, dtype=np.int64), "shape"), numpy_helper.from_array(weights, "weights")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION), path)
+    return str(path)
+
+
+def _model_info(client) -> dict[str, dict[str, str]]:
+    samples = serving.parse_metrics(client.get("/metrics").text)
+    return {dict(labels)["version"]: dict(labels) for (name, labels) in samples if name == "onnx_service_model_info"}
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_a_switch_to_a_version_that_fails_its_warm_up_is_refused_and_changes_nothing(tmp_path, images, batching):
+    served = _digits_like(tmp_path / "served.onnx", [-1, 64])
+    broken = _digits_like(tmp_path / "broken.onnx", [-1, 65])
+    batch1only = _digits_like(tmp_path / "batch1only.onnx", [1, 64])
+    settings = Settings(model=served, admin_token=TOKEN, batching=batching, batch_max_size=8)
+    with TestClient(create_app(settings)) as client:
+        refusals = [
+            client.put("/admin/routing", json={"versions": {"b": path}, "aliases": {"champion": "b"}}, headers=AUTH)
+            for path in (broken, batch1only)
+        ]
+        predicted = client.post("/predict", json=serving.payload(images[:2]))
+        ready = client.get("/ready")
+        info = _model_info(client)
+    assert [refusal.status_code for refusal in refusals] == [422, 422] and {r.json()["error"] for r in refusals} == {"bad_routing"}
+    assert "version b failed its warm-up, so nothing changed" in refusals[0].json()["detail"]
+    assert "on zeros of shape [8, 1, 8, 8]" in refusals[1].json()["detail"], refusals[1].json()["detail"]  # batch 1 ran, 8 did not
+    assert predicted.status_code == 200 and predicted.json()["version"] == "served"
+    assert ready.status_code == 200 and ready.json()["model"]["file"] == "served.onnx"
+    assert list(info) == ["served"] and info["served"]["alias"] == "champion"
+
+
+def test_model_info_and_ready_name_the_versions_served_after_every_switch(tmp_path, versions):
+    other = _digits_like(tmp_path / "tiny2.onnx", [-1, 64], seed=2)
+    with TestClient(create_app(Settings(model=versions["1"], admin_token=TOKEN))) as client:
+        before = _model_info(client)
+        document = {"versions": {"a": versions["1"], "b": other}, "aliases": {"champion": "b", "challenger": "a"}, "shadow": "a"}
+        assert client.put("/admin/routing", json=document, headers=AUTH).status_code == 200
+        after, ready = _model_info(client), client.get("/ready").json()
+    assert list(before) == ["digits_cnn"] and before["digits_cnn"]["alias"] == "champion"
+    assert (
+        after["b"]["alias"] == "champion" and after["b"]["name"] == "tiny2" and after["b"]["sha256"] == svc_model.sha256_file(Path(other))
+    )
+    assert after["a"]["alias"] == "challenger,shadow" and set(after) == {"a", "b"}
+    assert ready["model"]["file"] == "tiny2.onnx" and ready["aliases"] == {"champion": "b", "challenger": "a"}
+
+
+def test_the_bytes_verified_are_the_bytes_loaded_and_external_data_is_refused(tmp_path, monkeypatch):
+    import onnx
+
+    served, swapped = _digits_like(tmp_path / "model.onnx", [-1, 64], seed=1), _digits_like(tmp_path / "other.onnx", [-1, 64], seed=2)
+    verified_bytes = Path(served).read_bytes()
+    real_session = ort.InferenceSession
+
+    def swap_then_load(model, *args, **kwargs):  # the file is replaced between the check and ONNX Runtime's load
+        Path(served).write_bytes(Path(swapped).read_bytes())
+        return real_session(model, *args, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", swap_then_load)
+    loaded = svc_model.load_served_model(served, expected_sha256=hashlib.sha256(verified_bytes).hexdigest())
+    monkeypatch.undo()
+    ones = np.ones((1, 1, 8, 8), dtype=np.float32)
+    expected = real_session(verified_bytes, providers=["CPUExecutionProvider"]).run(None, {"image": ones})[0]
+    np.testing.assert_array_equal(loaded.run(ones)[0], expected)  # it runs the model it verified, not the file swapped in
+
+    external = tmp_path / "external.onnx"  # the weights in external.onnx.data: a swapped .data file would pass the .onnx's sha256
+    onnx.save_model(onnx.load(swapped), external, save_as_external_data=True, location="external.onnx.data", size_threshold=0)
+    with pytest.raises(svc_model.ModelError, match="keeps weights in external data files, which the sha256 check does not cover"):
+        svc_model.load_served_model(external)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from labsupport.course.data import load_digits
 from labsupport.exercises import nb08
 from labsupport.exercises.nb08 import q1, q2, q3
@@ -146,11 +148,10 @@ def test_q2_rejects_a_blocking_run_followed_by_a_threaded_one():
 
 def test_q2_rejects_a_sleep_that_blocks_the_loop_after_the_run():
     import asyncio
-    import time
 
     async def sleeps_after(session, feeds):
         outputs = await asyncio.to_thread(session.run, None, feeds)
-        time.sleep(0.5)
+        threading.Event().wait(0.5)  # a blocking wait that is not time.sleep: the heartbeat's stall shows it
         return outputs
 
     outcome = q2.evaluate(sleeps_after)
@@ -209,10 +210,9 @@ def test_q3_rejects_a_filter_on_the_post_method_instead_of_the_path():
 
 def test_q2_rejects_a_150_ms_sleep_on_the_loop_around_a_threaded_run():
     import asyncio
-    import time
 
     async def sleeps_first(session, feeds):
-        time.sleep(0.15)  # blocks every other request for 150 ms
+        threading.Event().wait(0.15)  # blocks every other request for 150 ms
         return await asyncio.to_thread(session.run, None, feeds)
 
     outcome = q2.evaluate(sleeps_first)
@@ -255,3 +255,35 @@ def test_q3_rejects_a_rounded_rate_and_a_hard_coded_list_of_error_statuses():
         outcome = q3.evaluate(wrong)
         assert outcome.status == "incorrect", wrong.__name__
         assert "the error rate is 0.428571" in outcome.message or "the error rate is 0.4," in outcome.message, outcome.message
+
+
+def test_q2_rejects_a_short_sleep_on_the_loop_whatever_the_machine_load():
+    import asyncio
+    import time
+
+    async def sleeps_40_ms_first(session, feeds):  # under the stall budget, still a block of every other request
+        time.sleep(0.04)
+        return await asyncio.to_thread(session.run, None, feeds)
+
+    outcome = q2.evaluate(sleeps_40_ms_first)
+    assert outcome.status == "incorrect" and "time.sleep(0.04) ran on the event loop" in outcome.message, outcome.message
+
+
+def test_q2_accepts_a_callable_object_and_a_sleep_in_the_worker_thread():
+    import asyncio
+    import time
+
+    class Infer:
+        async def __call__(self, session, feeds):
+            return await asyncio.to_thread(session.run, None, feeds)
+
+    async def sleeps_in_the_thread(session, feeds):
+        def run():
+            time.sleep(0.001)  # a worker thread may sleep: the loop keeps running
+            return session.run(None, feeds)
+
+        return await asyncio.to_thread(run)
+
+    for right in (Infer(), sleeps_in_the_thread):
+        outcome = q2.evaluate(right)
+        assert outcome.status == "correct", (right, outcome.message)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -109,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ModelError, RoutingError) as error:
         return _cannot_start(error)
     _log_ready(settings, model)
+    if settings.workers > 1:  # checked; each worker process loads its own copy: the supervisor keeps none (no idle session)
+        app = model = None
+        gc.collect()
     try:
         listener = _listen(settings.host, settings.port)
     except OSError as error:
@@ -139,7 +143,7 @@ def _url(listener: socket.socket) -> str:
     return f"http://[{host}]:{port}" if listener.family == socket.AF_INET6 else f"http://{host}:{port}"
 
 
-def _serve(settings: Settings, app: object, listener: socket.socket) -> int:
+def _serve(settings: Settings, app: object | None, listener: socket.socket) -> int:
     """Run uvicorn on the bound socket until SIGINT/SIGTERM: in this process, or in ``settings.workers`` worker processes."""
     import uvicorn
     from uvicorn.supervisors import Multiprocess

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from . import routing
 from .edge import bounded_echo
 from .model import ModelError
-from .service import Service, get_service
+from .service import Service, ServiceDep
 from .validation import RequestError, parse_json, read_body
 
 log = logging.getLogger("onnx_service")
@@ -28,7 +28,7 @@ class AdminRefusal(HTTPException):
         self.code = code
 
 
-def require_admin(request: Request, service: Annotated[Service, Depends(get_service)]) -> Service:
+def require_admin(request: Request, service: ServiceDep) -> Service:
     """Dependency: the Service, once the caller sent ``Authorization: Bearer <ONNX_SERVICE_ADMIN_TOKEN>``."""
     token = service.settings.admin_token
     if not token:
@@ -51,7 +51,7 @@ router = APIRouter(prefix="/admin", responses=REFUSALS)
 
 @router.get("/routing", summary="The versions served, their aliases, the traffic split and the shadow version")
 async def get_routing(service: AdminDep) -> dict[str, Any]:
-    return service.router.describe()
+    return service.routing.describe()
 
 
 @router.put("/routing", summary="Load versions and switch aliases, split or shadow without a restart", responses=PUT_REFUSALS)
@@ -59,13 +59,14 @@ async def put_routing(request: Request, service: AdminDep) -> JSONResponse:
     try:
         document = parse_json(await read_body(request, service.settings.max_body_bytes))
         new = await anyio.to_thread.run_sync(
-            routing.build, document, service.router, service.contract, service.load_version, service.make_batcher
+            routing.build, document, service.routing, service.contract, service.load_version, service.make_batcher
         )
+        await service.warm_up_new_versions(new)  # as at start-up: a version that cannot run is never switched to
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
     except (routing.RoutingError, ModelError) as error:
         return JSONResponse({"error": "bad_routing", "detail": bounded_echo(str(error), document)[:MAX_DETAIL]}, status_code=422)
     answer = JSONResponse(new.describe())  # encoded before the switch: a document that cannot be answered changes nothing
-    service.switch_router(new)  # one assignment: requests in flight finish on the router they started with
+    service.switch_routing(new)  # one assignment: requests in flight finish on the routing they started with
     log.info("routing changed: aliases %s, challenger %d%%, shadow %s", dict(new.aliases), new.challenger_percent, new.shadow)
     return answer

@@ -1,6 +1,6 @@
 """The FastAPI application: routers per concern (probes, predict, admin) wired to one Service.
 
-Routes: /predict, /health, /ready, /metrics, /admin/routing and the OpenAPI docs (/docs, /openapi.json).
+The routes are those of the routers and the OpenAPI docs; /metrics labels requests with the paths of ``app.routes``.
 /docs is Swagger UI from the files of the swagger-ui-bundle-v2 package, served under /docs/assets: it works offline
 (FastAPI's own /docs page loads Swagger UI from a CDN and stays blank without internet).
 """
@@ -16,10 +16,11 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.routing import Mount, Route
 from swagger_ui_bundle import swagger_ui_path
 
 from . import __version__, admin, edge, predict, probes, routing
@@ -30,17 +31,19 @@ from .model import LoadedModel, load_served_model
 from .service import Service
 
 log = logging.getLogger("onnx_service")
-KNOWN_PATHS = {"/predict", "/health", "/ready", "/metrics", "/docs", "/openapi.json", "/admin/routing"}
 METHODS = {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"}  # any other method is counted as "other"
 DOCS_ASSETS = "/docs/assets"
 _INTERNAL_ERROR = b'{"error":"internal","detail":"internal server error; the incident was logged"}'
 
 
 class MetricsAndErrors:
-    """Pure ASGI middleware: counts and times every request, and turns any unexpected exception into a bare 500."""
+    """Pure ASGI middleware: counts and times every request, and turns any unexpected exception into a bare 500.
 
-    def __init__(self, app: Any, metrics: Metrics):
-        self.app, self.metrics = app, metrics
+    ``paths`` are the path labels it uses (the app's routes); any other path is counted as "other".
+    """
+
+    def __init__(self, app: Any, metrics: Metrics, paths: frozenset[str]):
+        self.app, self.metrics, self.paths = app, metrics, paths
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -69,7 +72,7 @@ class MetricsAndErrors:
             path, method = edge.route_path(scope), scope.get("method", "")  # without ROOT_PATH, which uvicorn puts in front
             self.metrics.request_finished(
                 method if method in METHODS else "other",
-                path if path in KNOWN_PATHS else "other",
+                path if path in self.paths else "other",
                 status["code"],
                 time.perf_counter() - start,
             )
@@ -104,7 +107,9 @@ def _drain_on_sigterm(service: Service) -> None:
         delay = service.settings.drain_seconds
         log.info("SIGTERM: draining for %g s, then shutting down", delay)
         if delay > 0:
-            threading.Timer(delay, shut_down, (signum, frame)).start()
+            timer = threading.Timer(delay, shut_down, (signum, frame))
+            timer.daemon = True  # a SIGINT during the drain ends the process at once: the timer must not keep it alive
+            timer.start()
         else:
             shut_down(signum, frame)
 
@@ -120,11 +125,11 @@ def _serve_docs_offline(app: FastAPI) -> None:
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="swagger-ui")
 
     @app.get("/docs", include_in_schema=False)
-    async def docs(request: Request) -> HTMLResponse:
+    async def docs(request: Request) -> HTMLResponse:  # request.app, not a closure: FastAPI caches endpoints, the app must not stay alive
         root = request.scope.get("root_path", "").rstrip("/")  # behind a path-prefix proxy (the class hub) the page loads through it
         return get_swagger_ui_html(
-            openapi_url=root + app.openapi_url,
-            title=f"{app.title} - API docs",
+            openapi_url=root + request.app.openapi_url,
+            title=f"{request.app.title} - API docs",
             swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
             swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon-32x32.png",
@@ -139,8 +144,8 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
     settings = edge.with_body_limit(settings, model.contract(settings.max_batch))
     service = Service(settings, model, cpu_budget())
     if settings.routing:
-        service.router = routing.build(
-            _read_routing(settings.routing), service.router, service.contract, service.load_version, service.make_batcher
+        service.routing = routing.build(
+            _read_routing(settings.routing), service.routing, service.contract, service.load_version, service.make_batcher
         )
 
     @asynccontextmanager
@@ -165,16 +170,22 @@ def create_app(settings: Settings | None = None, model: LoadedModel | None = Non
         redoc_url=None,  # ReDoc has no offline bundle here
         redirect_slashes=False,  # Starlette's redirect of /predict/ names the Host header's site
     )
-    app.state.service, app.state.model, app.state.settings, app.state.metrics = service, model, settings, service.metrics
-    app.include_router(probes.router)
-    app.include_router(predict.build_router(service))
-    app.include_router(admin.router)
+    app.state.service = service
+    routers = [probes.router, predict.build_router(service), admin.router]
+    for router in routers:
+        app.include_router(router)
     _serve_docs_offline(app)
     app.add_exception_handler(admin.AdminRefusal, _admin_refusal)
     edge.install_error_handlers(app)
     app.add_middleware(edge.EdgeGuard, settings=settings)  # inside MetricsAndErrors: its refusals are counted
-    app.add_middleware(MetricsAndErrors, metrics=service.metrics)
+    app.add_middleware(MetricsAndErrors, metrics=service.metrics, paths=_route_paths(app, routers))
     return app
+
+
+def _route_paths(app: FastAPI, routers: list[APIRouter]) -> frozenset[str]:
+    """Every path the app answers: the routers' routes and the app's own (docs, OpenAPI schema, assets)."""
+    own = (route for route in app.routes if isinstance(route, (Route, Mount)))  # (an included router is listed as one entry)
+    return frozenset(route.path for route in [*own, *(route for router in routers for route in router.routes)])
 
 
 def app_from_env() -> FastAPI:

@@ -7,7 +7,8 @@ inference slot is free, so under load the queue grows and the batches with it: t
 throughput comes from. A request that finds the batcher idle (no batch running) runs at once, so
 at low load batching costs nothing; requests that arrive while a batch runs wait at most
 ``max_wait`` for company (notebook 08 measures both). A full queue refuses at once (``QueueFull``):
-never a hang.
+never a hang. When a merged run fails, each of its requests is run again alone: one request's values
+that the model refuses fail that request only.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class QueueFull(Exception):
         self.limit, self.retry_after = limit, retry_after
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity (the queue removes a caller that left)
 class _Waiting:
     rows: np.ndarray
     future: asyncio.Future
@@ -86,7 +87,13 @@ class Batcher:
         self._waiting.append(item)
         self._waiting_rows += len(rows)
         self._arrived.set()
-        return await item.future
+        try:
+            return await item.future
+        except asyncio.CancelledError:  # the caller went away (its client disconnected): it leaves the queue at once
+            if item in self._waiting:
+                self._waiting.remove(item)
+                self._waiting_rows -= len(rows)
+            raise
 
     async def close(self) -> None:
         """Stop the collector task once every queued request was answered (a version the routing no longer uses).
@@ -103,7 +110,7 @@ class Batcher:
                 await self._collector
             if not self._waiting:
                 return
-            self._start()  # a request queued while the collector was stopping (a router that still uses us): serve it first
+            self._start()  # a request queued while the collector was stopping (a routing that still uses us): serve it first
 
     async def _collect(self) -> None:
         while True:
@@ -149,21 +156,43 @@ class Batcher:
         return outputs, time.perf_counter() - start
 
     async def _execute(self, batch: list[_Waiting]) -> None:
-        dispatched = time.perf_counter()
         try:
-            rows = batch[0].rows if len(batch) == 1 else np.concatenate([item.rows for item in batch])
-            outputs, seconds = await anyio.to_thread.run_sync(self._timed_run, rows, limiter=self._limiter)
-            offset = 0
-            for item in batch:
-                count = len(item.rows)
-                if not item.future.done():
-                    item.future.set_result([np.asarray(output)[offset : offset + count] for output in outputs])
-                offset += count
-            if self._observe is not None:
-                self._observe(len(rows), seconds, [dispatched - item.arrived for item in batch])
-        except Exception as error:  # every caller of the batch gets the error (answered as a 500)
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(error)
+            await self._answer(batch)
         finally:
             self._slots.release()
+
+    async def _answer(self, batch: list[_Waiting]) -> None:
+        """Run the batch merged; when that fails, run each request alone so that each gets its own outcome.
+
+        Schema checks cannot catch every value a model refuses (a token id beyond the vocabulary passes
+        them): one request's bad values must not fail the other requests merged with it.
+        """
+        dispatched = time.perf_counter()
+        rows = batch[0].rows if len(batch) == 1 else np.concatenate([item.rows for item in batch])
+        try:
+            outputs, seconds = await anyio.to_thread.run_sync(self._timed_run, rows, limiter=self._limiter)
+        except Exception as error:
+            if len(batch) == 1:
+                _settle(batch[0], error=error)
+                return
+            for item in batch:  # isolate the failure: re-run each request on its own
+                if not item.future.done():
+                    await self._answer([item])
+            return
+        offset = 0
+        for item in batch:
+            count = len(item.rows)
+            _settle(item, [np.asarray(output)[offset : offset + count] for output in outputs])
+            offset += count
+        if self._observe is not None:
+            self._observe(len(rows), seconds, [dispatched - item.arrived for item in batch])
+
+
+def _settle(item: _Waiting, outputs: list[Any] | None = None, error: Exception | None = None) -> None:
+    """Hand one caller its outputs or its error, unless it went away (cancelled) meanwhile."""
+    if item.future.done():
+        return
+    if error is not None:
+        item.future.set_exception(error)
+    else:
+        item.future.set_result(outputs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 
 from .providers import PROVIDERS
@@ -66,12 +66,19 @@ class Settings:
         def bad(name: str, expected: str) -> ConfigError:
             return ConfigError(f"{PREFIX}{name.upper()}={getattr(self, name)!r}: expected {expected}")
 
+        self._check_names(bad)
+        self._check_numbers(bad)
+        self._check_choices(bad)
+
+    def _check_names(self, bad: Callable[[str, str], ConfigError]) -> None:
         if not self.model:
             raise bad("model", "the path of an .onnx file")
         if self.model_name and not VERSION_NAME.fullmatch(self.model_name):
             raise bad("model_name", "1-64 characters among A-Z a-z 0-9 . _ - (it travels in the X-Model-Version header)")
         if self.model_sha256 and not re.fullmatch(r"[0-9a-fA-F]{64}", self.model_sha256):
             raise bad("model_sha256", "64 hexadecimal digits (the output of sha256sum)")
+
+    def _check_numbers(self, bad: Callable[[str, str], ConfigError]) -> None:
         if not 0 <= self.port <= 65535:
             raise bad("port", "a port number 0-65535")
         for name, low, high in (
@@ -88,12 +95,14 @@ class Settings:
             raise bad("drain_seconds", "seconds from 0 to 300")
         if not 0 <= self.batch_max_wait_ms <= 1000:
             raise bad("batch_max_wait_ms", "milliseconds from 0 to 1000")
-        if self.batching and self.handler != "threadpool":
-            raise bad("handler", "threadpool when ONNX_SERVICE_BATCHING=1 (the batcher runs inference off the event loop)")
         if self.max_body_bytes and self.max_body_bytes < 1024:
             raise bad("max_body_bytes", "0 (derived from the model) or at least 1024 bytes")
         if not 0 < self.body_timeout_seconds <= 300:
             raise bad("body_timeout_seconds", "seconds from more than 0 to 300")
+
+    def _check_choices(self, bad: Callable[[str, str], ConfigError]) -> None:
+        if self.batching and self.handler != "threadpool":
+            raise bad("handler", "threadpool when ONNX_SERVICE_BATCHING=1 (the batcher runs inference off the event loop)")
         if self.root_path and not re.fullmatch(r"(/[A-Za-z0-9._~%-]+)+", self.root_path):
             raise bad("root_path", "a path like /user/ana/proxy/8080 (no trailing slash)")
         if not re.fullmatch(r"[!-~]*", self.admin_token):

@@ -81,14 +81,15 @@ class Histogram:
 class Metrics:
     """The service's counters and histograms; thread-safe; ``render()`` gives the /metrics text."""
 
-    def __init__(self, max_batch: int, model_info: dict[str, str] | None = None, batch_max_size: int = 0):
+    def __init__(self, max_batch: int, batch_max_size: int = 0):
         self._lock = threading.Lock()
         self.requests: dict[tuple[str, str, str], int] = defaultdict(int)
         self.latency = Histogram(LATENCY_BUCKETS)
         self.inference = Histogram(LATENCY_BUCKETS)
         self.batch = Histogram(_powers_of_two(max_batch))
         self.in_flight = 0
-        self.model_info = model_info or {}
+        # the versions served now, one label set each (the Service sets it: a routing switch changes the answer)
+        self.model_info: Callable[[], list[dict[str, str]]] = list
         # dynamic batching (batch_max_size > 0): examples per merged run, queue wait per request, queue depth
         self.batching = batch_max_size > 0
         self.run_size = Histogram(_powers_of_two(max(batch_max_size, 1)))
@@ -164,9 +165,9 @@ class Metrics:
                 "# HELP onnx_service_requests_in_flight Requests being processed now.",
                 "# TYPE onnx_service_requests_in_flight gauge",
                 f"onnx_service_requests_in_flight {self.in_flight}",
-                "# HELP onnx_service_model_info The served model (value is always 1).",
+                "# HELP onnx_service_model_info The model versions served now, with the aliases that route to them (value is always 1).",
                 "# TYPE onnx_service_model_info gauge",
-                f"onnx_service_model_info{_labels(self.model_info)} 1",
+                *(f"onnx_service_model_info{_labels(labels)} 1" for labels in self.model_info()),
             ]
             lines += _counter_lines("onnx_service_version_requests_total", _VERSIONS_HELP, ("version", "alias"), self.versions)
             if self.shadow:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import providers
+from .text import excerpt
 
 # ONNX Runtime type strings -> NumPy dtypes the service accepts as model inputs
 _NUMPY_TYPES = {
@@ -137,62 +139,110 @@ class LoadedModel:
         return result
 
 
-def load_served_model(path: str | Path, expected_sha256: str = "", threads: int = 1, name: str = "", provider: str = "cpu") -> LoadedModel:
-    """Verify and load an ONNX classifier; raise ModelError with a message that says what is wrong and how to fix it."""
-    import onnx
-    import onnxruntime as ort
+def _tensors(graph: Any) -> Iterator[Any]:
+    """Every tensor stored in a graph: initializers and tensor attributes, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            for subgraph in [*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs]:
+                yield from _tensors(subgraph)
 
-    from .validation import excerpt  # (validation imports this module)
 
-    path = Path(path)
+def _read_verified(path: Path, expected_sha256: str) -> tuple[bytes, str]:
+    """(the file's bytes, their sha256), read once: these bytes are the ones checked and the ones loaded."""
     shown = excerpt(str(path), tail=True)  # a routing document's path comes from a client: an excerpt that keeps the file name
     try:
         if not path.exists():
             raise ModelError(f"model file not found: {shown} (set ONNX_SERVICE_MODEL to the path of an .onnx file)")
         if not path.is_file():
             raise ModelError(f"model path is not a file: {shown}")
-        actual = sha256_file(path)
+        data = path.read_bytes()
     except (OSError, ValueError) as error:  # a name too long for the file system, a character it cannot encode, no permission
         reason = error.strerror if isinstance(error, OSError) and error.strerror else excerpt(str(error))  # OSError's text repeats the path
         raise ModelError(f"cannot read the model file {shown}: {type(error).__name__}: {reason}") from None
+    actual = hashlib.sha256(data).hexdigest()
     if expected_sha256 and actual != expected_sha256.lower():
         raise ModelError(
-            f"model sha256 mismatch for {path.name}: expected {expected_sha256.lower()}, the file has {actual} "
+            f"model sha256 mismatch for {excerpt(path.name)}: expected {expected_sha256.lower()}, the file has {actual} "
             "(the file is corrupted or not the model this service was configured for)"
         )
+    return data, actual
+
+
+def _parse(data: bytes, path: Path) -> Any:
+    """The ModelProto in ``data``; ModelError when it is not ONNX or keeps tensors in external files (not covered by the sha256)."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
     try:
-        proto = onnx.load(str(path), load_external_data=False)
+        proto = onnx.load_model_from_string(data)
     except Exception as error:  # protobuf's DecodeError and friends
-        raise ModelError(f"{path.name} is not a valid ONNX model: {type(error).__name__}: {error}") from None
+        raise ModelError(f"{excerpt(path.name)} is not a valid ONNX model: {type(error).__name__}: {excerpt(str(error))}") from None
+    if any(uses_external_data(tensor) for tensor in _tensors(proto.graph)):
+        raise ModelError(
+            f"{excerpt(path.name)} keeps weights in external data files, which the sha256 check does not cover: the service "
+            "serves single-file models (save with onnx.save_model(model, path, save_as_external_data=False))"
+        )
+    return proto
+
+
+def _open_session(data: bytes, path: Path, threads: int, provider: str) -> Any:
+    """An InferenceSession on the verified bytes (not the path: the file could change between the check and the load)."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(str(path), options, providers=providers.prepare(provider, options))
+        session = ort.InferenceSession(data, options, providers=providers.prepare(provider, options))
         providers.check_started(provider, session)
     except providers.ProviderError as error:
         raise ModelError(str(error)) from None
     except Exception as error:
-        raise ModelError(f"ONNX Runtime cannot load {path.name}: {error}") from None
-    inputs, outputs = session.get_inputs(), session.get_outputs()
+        raise ModelError(f"ONNX Runtime cannot load {excerpt(path.name)}: {error}") from None
+    return session
+
+
+def _input_spec(session: Any, path: Path) -> TensorSpec:
+    inputs = session.get_inputs()
     if len(inputs) != 1:
         names = ", ".join(arg.name for arg in inputs)
-        raise ModelError(f"the service serves models with exactly one input; {path.name} has {len(inputs)}: {names}")
+        raise ModelError(f"the service serves models with exactly one input; {excerpt(path.name)} has {len(inputs)}: {names}")
     spec = TensorSpec(inputs[0].name, inputs[0].type, tuple(inputs[0].shape))
     if spec.type not in _NUMPY_TYPES:
         raise ModelError(f"input {spec.name!r} has type {spec.type}; supported: {', '.join(_NUMPY_TYPES)}")
     if len(spec.shape) < 1:
         raise ModelError(f"input {spec.name!r} is a scalar; a classifier needs a batch dimension")
-    out_specs = [TensorSpec(o.name, o.type, tuple(o.shape or ())) for o in outputs]
+    return spec
+
+
+def _output_roles(out_specs: list[TensorSpec], path: Path) -> tuple[str | None, str | None]:
+    """(the [n, classes] score output, the [n] label output): at least one of them."""
     score = next(
         (o.name for o in out_specs if o.type in {"tensor(float)", "tensor(double)", "tensor(float16)"} and len(o.shape) == 2), None
     )
     label = next((o.name for o in out_specs if o.type in {"tensor(int64)", "tensor(int32)", "tensor(string)"} and len(o.shape) == 1), None)
     if score is None and label is None:
         described = ", ".join(f"{o.name} {o.type} {list(o.shape)}" for o in out_specs)
-        raise ModelError(f"{path.name} is not a classifier: expected a [n, classes] float output or a [n] label output, got {described}")
-    fixed = spec.shape[0] if isinstance(spec.shape[0], int) and spec.shape[0] > 0 else None
+        raise ModelError(
+            f"{excerpt(path.name)} is not a classifier: expected a [n, classes] float output or a [n] label output, got {described}"
+        )
+    return score, label
+
+
+def load_served_model(path: str | Path, expected_sha256: str = "", threads: int = 1, name: str = "", provider: str = "cpu") -> LoadedModel:
+    """Verify and load an ONNX classifier; raise ModelError with a message that says what is wrong and how to fix it."""
+    path = Path(path)
+    data, actual = _read_verified(path, expected_sha256)
+    proto = _parse(data, path)
+    session = _open_session(data, path, threads, provider)
+    spec = _input_spec(session, path)
+    out_specs = [TensorSpec(o.name, o.type, tuple(o.shape or ())) for o in session.get_outputs()]
+    score, label = _output_roles(out_specs, path)
     opset = next((op.version for op in proto.opset_import if op.domain in ("", "ai.onnx")), 0)
     return LoadedModel(
         path=path,
@@ -205,5 +255,5 @@ def load_served_model(path: str | Path, expected_sha256: str = "", threads: int 
         session=session,
         score_output=score,
         label_output=label,
-        fixed_batch=fixed,
+        fixed_batch=spec.shape[0] if isinstance(spec.shape[0], int) and spec.shape[0] > 0 else None,
     )

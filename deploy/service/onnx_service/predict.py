@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Annotated, Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, RuntimeException
 
 from . import routing
 from .batching import QueueFull
 from .edge import parse_request
-from .service import Service, get_service
-from .validation import FIELD, RequestError, check_content_type, read_body
+from .service import Service, ServiceDep
+from .validation import CLIENT_CLOSED, FIELD, RequestError, check_content_type, read_body
+
+T = TypeVar("T")
 
 RESPONSES = {
     400: {"description": "not JSON, or both Content-Length and Transfer-Encoding"},
@@ -25,17 +29,20 @@ RESPONSES = {
 }
 
 
-async def predict(request: Request, service: Annotated[Service, Depends(get_service)]) -> Response:
+async def predict(request: Request, service: ServiceDep) -> Response:
     try:
         check_content_type(request.headers.get("content-type"))
         body = await read_body(request, service.settings.max_body_bytes)
         batch, _single = await parse_request(body, service.contract)
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
-    router_now = service.router  # this request finishes on the router it started with
-    alias, version = router_now.pick(request.headers.get(routing.KEY_HEADER))
+    routing_now = service.routing  # this request finishes on the routing it started with
+    alias, version = routing_now.pick(request.headers.get(routing.KEY_HEADER))
     try:
-        outputs = await service.infer(version, batch)
+        outputs = await unless_the_client_leaves(request, service.infer(version, batch))
+    except ClientLeft:  # nobody reads the answer: recorded as 499 (the request was dropped if it had not started running)
+        detail = "the client closed the connection before the answer"
+        return JSONResponse({"error": "client_closed_request", "detail": detail}, status_code=CLIENT_CLOSED)
     except QueueFull as full:
         headers = {"Retry-After": str(full.retry_after)}
         return JSONResponse({"error": "overloaded", "detail": str(full)}, status_code=503, headers=headers)
@@ -56,10 +63,41 @@ async def predict(request: Request, service: Annotated[Service, Depends(get_serv
         detail = "these inputs make the model's outputs overflow (not finite); send values in the range the model was trained on"
         return JSONResponse({"error": "non_finite_output", "detail": detail}, status_code=422)
     service.metrics.observe_version(version.name, alias)
-    shadow = router_now.versions.get(router_now.shadow) if router_now.shadow else None
+    shadow = routing_now.versions.get(routing_now.shadow) if routing_now.shadow else None
     if shadow is not None and shadow is not version and alias == routing.CHAMPION:  # the shadow is compared with the champion only
         service.start_shadow(shadow, batch, result["predictions"])
     return Response(text, media_type="application/json", headers={"X-Model-Version": version.name})
+
+
+class ClientLeft(Exception):
+    """The client closed the connection while its request waited for or ran its inference."""
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns once the client has closed the connection (the body was read already: nothing else can arrive)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_the_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, or ClientLeft when the client disconnects first; ``work`` is then cancelled.
+
+    uvicorn does not cancel a request's task when its client goes away (it only marks the connection
+    closed), so the service listens for ``http.disconnect`` itself. A cancelled request still waiting in
+    the batcher's queue or for an inference slot never runs; one already running finishes in its thread.
+    """
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())  # a dropped task's error is not "never retrieved"
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():  # the client left (or this handler was cancelled)
+            task.cancel()
+    if not task.done() or task.cancelled():
+        raise ClientLeft
+    return task.result()
 
 
 def refused_by_the_model(error: Exception, version: routing.Version) -> bool:

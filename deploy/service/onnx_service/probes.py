@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from . import routing
 from .metrics import CONTENT_TYPE
-from .service import Service, get_service
+from .service import ServiceDep
 
 router = APIRouter()
-ServiceDep = Annotated[Service, Depends(get_service)]
 
 
 @router.get("/health", summary="Liveness: the process answers (a failing probe restarts the container)")
@@ -26,12 +25,12 @@ async def health() -> dict[str, str]:
     responses={503: {"description": "warming up or draining"}},
 )
 async def ready(service: ServiceDep) -> JSONResponse:
-    settings, router_now = service.settings, service.router
+    settings, routing_now = service.settings, service.routing
     reason = service.readiness()
     body: dict[str, Any] = {
         "ready": reason is None,
         **({"reason": reason} if reason else {}),
-        "model": router_now.versions[router_now.aliases[routing.CHAMPION]].model.describe(),
+        "model": routing_now.versions[routing_now.aliases[routing.CHAMPION]].model.describe(),
         "max_batch": service.contract.max_batch,
         "max_body_bytes": settings.max_body_bytes,
         "body_timeout_seconds": settings.body_timeout_seconds,
@@ -44,7 +43,7 @@ async def ready(service: ServiceDep) -> JSONResponse:
         "inference_slots_total": service.slots * settings.workers,
         "queue_limit": settings.batch_queue_limit,
         "batching": {"max_size": settings.batch_max_size, "max_wait_ms": settings.batch_max_wait_ms} if settings.batching else None,
-        "aliases": dict(router_now.aliases),
+        "aliases": dict(routing_now.aliases),
     }
     return JSONResponse(body, status_code=200 if reason is None else 503)
 

@@ -1,7 +1,7 @@
 """Several versions of a model behind one endpoint: aliases, a deterministic traffic split, a shadow version.
 
-A ``Router`` is immutable. Changing the routing (``PUT /admin/routing``) loads the new versions
-first, then replaces the router in one assignment: a request in flight keeps the router, and so
+A ``Routing`` is immutable. Changing it (``PUT /admin/routing``) loads the new versions
+first, then replaces the routing in one assignment: a request in flight keeps the routing, and so
 the model, it started with, and no request ever sees a half-built state (notebook 13).
 
 The routing document (JSON)::
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import InputContract, LoadedModel
-from .validation import excerpt
+from .text import excerpt
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 KEY_HEADER = "x-request-key"
@@ -53,7 +53,7 @@ def bucket(key: str) -> int:
 
 
 @dataclass(frozen=True)
-class Router:
+class Routing:
     """Versions by name, aliases to them, the challenger's share of request keys and the shadow version."""
 
     versions: Mapping[str, Version]
@@ -91,9 +91,9 @@ def version_name(stem: str) -> str:
     return name or "1"
 
 
-def single(name: str, model: LoadedModel, runner: Any = None) -> Router:
-    """The router of a service started with one model: that model is the champion."""
-    return Router({name: Version(name, model, runner)}, {CHAMPION: name}, paths={name: str(model.path)})
+def single(name: str, model: LoadedModel, runner: Any = None) -> Routing:
+    """The routing of a service started with one model: that model is the champion."""
+    return Routing({name: Version(name, model, runner)}, {CHAMPION: name}, paths={name: str(model.path)})
 
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -189,12 +189,12 @@ def _verified(name: str, model: LoadedModel, expected: str | None) -> LoadedMode
 
 def build(
     document: Any,
-    current: Router,
+    current: Routing,
     contract: InputContract,
     load: Callable[[str], LoadedModel],
     make_runner: Callable[[LoadedModel], Any],
-) -> Router:
-    """A new router from a routing document; versions already loaded from the same file (and sha256, if given) are reused.
+) -> Routing:
+    """A new routing from a routing document; versions already loaded from the same file (and sha256, if given) are reused.
 
     Every version must take every request the service's ``contract`` accepts: the same input, and batches
     up to its ``max_batch`` (a version with a fixed batch of 1 cannot serve a 64-example request). The
@@ -213,4 +213,4 @@ def build(
                 f"the service takes {contract.shape_text(batch=True)} {contract.dtype} with up to {contract.max_batch}"
             )
         loaded[name] = reuse if reuse and reuse.name == name else Version(name, model, reuse.runner if reuse else make_runner(model))
-    return Router(loaded, checked.aliases, checked.challenger_percent, checked.shadow, checked.versions)
+    return Routing(loaded, checked.aliases, checked.challenger_percent, checked.shadow, checked.versions)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
 import numpy as np
 from anyio import CapacityLimiter
-from fastapi import Request
+from fastapi import Depends, Request
 
 from . import routing
 from .batching import Batcher, QueueFull
@@ -36,9 +36,9 @@ def slots_per_worker(usable_cpus: int, threads: int, workers: int) -> int:
 
 
 class Service:
-    """Settings, model contract, metrics, the router of versions and the limits every request goes through."""
+    """Settings, model contract, metrics, the routing of versions and the limits every request goes through."""
 
-    def __init__(self, settings: Settings, model: LoadedModel, cpus: CpuBudget, router: routing.Router | None = None):
+    def __init__(self, settings: Settings, model: LoadedModel, cpus: CpuBudget):
         self.settings, self.model, self.cpus = settings, model, cpus
         self.contract = model.contract(settings.max_batch)
         self.slots = slots_per_worker(cpus.usable, settings.threads, settings.workers)
@@ -52,12 +52,9 @@ class Service:
             )
         self.shadow_running = 0  # shadow runs holding a live slot (see start_shadow)
         self.warm_up_error: str | None = None
-        self.metrics = Metrics(
-            self.contract.max_batch,
-            {"name": model.name, "opset": str(model.opset), "sha256": model.sha256},
-            batch_max_size=settings.batch_max_size if settings.batching else 0,
-        )
-        self.router = router or routing.single(settings.model_name or routing.version_name(model.name), model, self.make_batcher(model))
+        self.metrics = Metrics(self.contract.max_batch, batch_max_size=settings.batch_max_size if settings.batching else 0)
+        self.metrics.model_info = self.served_versions
+        self.routing = routing.single(settings.model_name or routing.version_name(model.name), model, self.make_batcher(model))
         self.metrics.queue_depth = self.queued
         self.in_flight = 0  # threadpool mode: requests running or waiting for an inference slot
         self.warm, self.draining = False, False
@@ -82,9 +79,9 @@ class Service:
             observe=self.metrics.observe_batch,
         )
 
-    def switch_router(self, new: routing.Router) -> None:
-        """Serve ``new`` from now on; the batchers only the old router used close once their queued requests are answered."""
-        old, self.router = self.router, new  # one assignment: requests in flight finish on the router they started with
+    def switch_routing(self, new: routing.Routing) -> None:
+        """Serve ``new`` from now on; the batchers only the old routing used close once their queued requests are answered."""
+        old, self.routing = self.routing, new  # one assignment: requests in flight finish on the routing they started with
         kept = {id(version.runner) for version in new.versions.values()}
         for version in old.versions.values():
             if version.runner is not None and id(version.runner) not in kept:
@@ -104,7 +101,7 @@ class Service:
 
     def queued(self) -> int:
         """Requests waiting for an inference slot, in every mode."""
-        return self.waiting_for_slot() + sum(v.runner.queued for v in self.router.versions.values() if v.runner)
+        return self.waiting_for_slot() + sum(v.runner.queued for v in self.routing.versions.values() if v.runner)
 
     def readiness(self) -> str | None:
         """Why the service should get no traffic now (None: ready)."""
@@ -116,43 +113,82 @@ class Service:
             return "warming up: the model's first runs have not finished"
         return None
 
-    def warm_up_sizes(self) -> tuple[int, ...]:
+    def served_versions(self) -> list[dict[str, str]]:
+        """One label set per version served now (onnx_service_model_info): its aliases ("shadow" too), model, opset, sha256."""
+        served = self.routing
+        roles: dict[str, list[str]] = {name: [] for name in served.versions}
+        for alias, name in served.aliases.items():
+            roles[name].append(alias)
+        if served.shadow:
+            roles[served.shadow].append("shadow")
+        return [
+            {
+                "version": name,
+                "alias": ",".join(roles[name]) or "none",
+                "name": v.model.name,
+                "opset": str(v.model.opset),
+                "sha256": v.model.sha256,
+            }
+            for name, v in served.versions.items()
+        ]
+
+    def warm_up_sizes(self, model: LoadedModel | None = None) -> tuple[int, ...]:
         """Batch sizes of the warm-up runs: 1 and the largest batch the service will run (a fixed batch: only that)."""
-        if self.model.fixed_batch:
-            return (self.model.fixed_batch,)
+        model = model or self.model
+        if model.fixed_batch:
+            return (model.fixed_batch,)
         return (1, self.settings.batch_max_size if self.settings.batching else min(self.contract.max_batch, 8))
 
-    async def warm_up(self) -> None:
-        """Run each version on zeros (the first runs allocate memory), then mark the service warm.
+    async def warm_up_failure(self, version: routing.Version) -> str | None:
+        """Run ``version`` on zeros at every warm-up size; why it failed, or None.
 
-        A failed run is logged and kept: /ready then answers 503 with the reason instead of "warming up" for ever.
         A version with free non-batch dimensions is the exception: each request chooses those sizes, the
-        warm-up's guess (1) proves nothing about them, so a failure is logged as a warning and the service
+        warm-up's guess (1) proves nothing about them, so a failure is logged as a warning and the version
         serves (a shape the model refuses gets 422 ``model_refused_input``).
         """
         example = [d if d is not None else 1 for d in self.contract.example_shape]
-        for version in list(self.router.versions.values()):
-            try:
-                for size in self.warm_up_sizes():
-                    zeros = np.zeros([size, *example], dtype=self.contract.dtype)
-                    outputs = await anyio.to_thread.run_sync(version.model.run, zeros, limiter=self.inference_slots)
-                    if any(len(output) != size for output in outputs):
-                        raise ModelError(f"{size} examples gave outputs of {[len(output) for output in outputs]} rows")
-            except Exception as error:
-                failure = f"{type(error).__name__} on zeros of shape {[size, *example]}: {str(error)[:300]}"
-                free = version.model.free_dimensions()
-                if free:
-                    log.warning(
-                        "warm-up of version %s skipped: its free dimensions (%s) are set by each request, and the guess failed: %s",
-                        version.name,
-                        ", ".join(free),
-                        failure,
-                    )
-                    continue
+        size = 0
+        try:
+            for size in self.warm_up_sizes(version.model):
+                zeros = np.zeros([size, *example], dtype=self.contract.dtype)
+                outputs = await anyio.to_thread.run_sync(version.model.run, zeros, limiter=self.inference_slots)
+                if any(len(output) != size for output in outputs):
+                    raise ModelError(f"{size} examples gave outputs of {[len(output) for output in outputs]} rows")
+        except Exception as error:
+            failure = f"{type(error).__name__} on zeros of shape {[size, *example]}: {str(error)[:300]}"
+            free = version.model.free_dimensions()
+            if not free:
+                return failure
+            log.warning(
+                "warm-up of version %s skipped: its free dimensions (%s) are set by each request, and the guess failed: %s",
+                version.name,
+                ", ".join(free),
+                failure,
+            )
+        return None
+
+    async def warm_up(self) -> None:
+        """Warm up every version (the first runs allocate memory), then mark the service warm.
+
+        A failed run is logged and kept: /ready then answers 503 with the reason instead of "warming up" for ever.
+        """
+        for version in list(self.routing.versions.values()):
+            failure = await self.warm_up_failure(version)
+            if failure:
                 self.warm_up_error = failure
                 log.error("warm-up of version %s failed; /ready stays 503: %s", version.name, failure)
                 return
         self.warm = True
+
+    async def warm_up_new_versions(self, new: routing.Routing) -> None:
+        """Warm up the versions ``new`` loaded (not those it reuses) as start-up does; RoutingError names the first that fails."""
+        served = {id(version.model) for version in self.routing.versions.values()}
+        for version in new.versions.values():
+            if id(version.model) in served:
+                continue
+            failure = await self.warm_up_failure(version)
+            if failure:
+                raise routing.RoutingError(f"version {version.name} failed its warm-up, so nothing changed: {failure}")
 
     def _timed_run(self, version_model: LoadedModel, batch: Any) -> tuple[list[Any], float]:
         start = time.perf_counter()
@@ -211,3 +247,6 @@ class Service:
 def get_service(request: Request) -> Service:
     """FastAPI dependency: the application's Service."""
     return request.app.state.service
+
+
+ServiceDep = Annotated["Service", Depends(get_service)]  # what a route declares to get the Service

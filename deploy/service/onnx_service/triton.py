@@ -165,11 +165,7 @@ def write_repository(
 _TOKEN = re.compile(r'\s*(?:(#[^\n]*)|([{}\[\]:,])|("(?:[^"\\]|\\.)*")|([A-Za-z0-9_.+\-]+))')
 
 
-def parse_pbtxt(text: str) -> dict[str, Any]:
-    """A small parser for the protobuf text format used by config.pbtxt: messages become dicts, repeated fields lists.
-
-    Enough to check the structure of a generated config (it is not a full protobuf implementation).
-    """
+def _pbtxt_tokens(text: str) -> list[str]:
     tokens: list[str] = []
     position = 0
     text = text.rstrip()
@@ -181,50 +177,60 @@ def parse_pbtxt(text: str) -> dict[str, Any]:
         token = next((group for group in match.groups()[1:] if group is not None), None)
         if token is not None:
             tokens.append(token)
+    return tokens
 
-    def scalar(token: str) -> Any:
-        if token.startswith('"'):
-            return bytes(token[1:-1], "utf-8").decode("unicode_escape")
-        if re.fullmatch(r"[+-]?\d+", token):
-            return int(token)
-        if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", token):
-            return float(token)
-        return token  # an enum value such as TYPE_FP32 or KIND_CPU
 
-    def value(i: int) -> tuple[Any, int]:
-        token = tokens[i]
-        if token == "{":
-            return message(i + 1, "}")
-        if token == "[":
-            items, i = [], i + 1
-            while tokens[i] != "]":
-                item, i = value(i)
-                items.append(item)
-                if tokens[i] == ",":
-                    i += 1
-            return items, i + 1
-        return scalar(token), i + 1
+def _pbtxt_scalar(token: str) -> Any:
+    if token.startswith('"'):
+        return bytes(token[1:-1], "utf-8").decode("unicode_escape")
+    if re.fullmatch(r"[+-]?\d+", token):
+        return int(token)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", token):
+        return float(token)
+    return token  # an enum value such as TYPE_FP32 or KIND_CPU
 
-    def message(i: int, end: str | None) -> tuple[dict[str, Any], int]:
-        fields: dict[str, Any] = {}
-        while i < len(tokens) and tokens[i] != end:
-            key = tokens[i]
+
+def _pbtxt_value(tokens: list[str], i: int) -> tuple[Any, int]:
+    token = tokens[i]
+    if token == "{":
+        return _pbtxt_message(tokens, i + 1, "}")
+    if token == "[":
+        items, i = [], i + 1
+        while tokens[i] != "]":
+            item, i = _pbtxt_value(tokens, i)
+            items.append(item)
+            if tokens[i] == ",":
+                i += 1
+        return items, i + 1
+    return _pbtxt_scalar(token), i + 1
+
+
+def _pbtxt_message(tokens: list[str], i: int, end: str | None) -> tuple[dict[str, Any], int]:
+    fields: dict[str, Any] = {}
+    while i < len(tokens) and tokens[i] != end:
+        key = tokens[i]
+        i += 1
+        if tokens[i] == ":":
             i += 1
-            if tokens[i] == ":":
-                i += 1
-            item, i = value(i)
-            if key in fields:
-                existing = fields[key]
-                fields[key] = (existing if isinstance(existing, list) else [existing]) + (item if isinstance(item, list) else [item])
-            else:
-                fields[key] = item
-            if i < len(tokens) and tokens[i] in ",;":
-                i += 1
-        if end is not None and i >= len(tokens):
-            raise ValueError(f"config.pbtxt: missing {end!r}")
-        return fields, i + 1
+        item, i = _pbtxt_value(tokens, i)
+        if key in fields:
+            existing = fields[key]
+            fields[key] = (existing if isinstance(existing, list) else [existing]) + (item if isinstance(item, list) else [item])
+        else:
+            fields[key] = item
+        if i < len(tokens) and tokens[i] in ",;":
+            i += 1
+    if end is not None and i >= len(tokens):
+        raise ValueError(f"config.pbtxt: missing {end!r}")
+    return fields, i + 1
 
-    result, _ = message(0, None)
+
+def parse_pbtxt(text: str) -> dict[str, Any]:
+    """A small parser for the protobuf text format used by config.pbtxt: messages become dicts, repeated fields lists.
+
+    Enough to check the structure of a generated config (it is not a full protobuf implementation).
+    """
+    result, _ = _pbtxt_message(_pbtxt_tokens(text), 0, None)
     return result
 
 

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from .model import InputContract
+from .text import excerpt
 
 FIELD = "inputs"
 CLIENT_CLOSED = 499  # nginx's status for a client that closed the connection before the answer
-EXCERPT_CHARS = 60  # the most characters of client-sent text an error message repeats
 _INT_DIGITS = 18  # longer integer literals are read as floats: every int kept fits int64, and no int-digits limit is hit
 
 
@@ -24,15 +24,6 @@ class RequestError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": self.code, "detail": self.message}
-
-
-def excerpt(text: str, tail: bool = False) -> str:
-    """``text`` as a repr, cut to EXCERPT_CHARS characters (its end when ``tail``: a path's file name): error messages never echo unbounded client input."""
-    if len(text) <= EXCERPT_CHARS:
-        return repr(text)
-    if tail:
-        return "..." + repr(text[-EXCERPT_CHARS:]) + f" ({len(text)} characters)"
-    return repr(text[:EXCERPT_CHARS]) + f"... ({len(text)} characters)"
 
 
 def _parse_int(token: str) -> int | float:
@@ -115,8 +106,12 @@ def _first_boolean(data: Any, index: tuple[int, ...] = ()) -> tuple[int, ...] | 
     return None
 
 
-def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
-    """Validate a parsed body against ``contract``; returns (batch array of the model's dtype, whether one example was sent)."""
+def _numbers_word(contract: InputContract) -> str:
+    return f"{'integers' if np.issubdtype(contract.dtype, np.integer) else 'numbers'} ({contract.dtype.name})"
+
+
+def _as_array(payload: Any, contract: InputContract) -> tuple[Any, np.ndarray]:
+    """(the "inputs" value, as an array): a JSON object with a non-empty, rectangular "inputs"."""
     example_text, batch_text = contract.shape_text(), contract.shape_text(batch=True)
     if not isinstance(payload, dict):
         raise RequestError(422, "wrong_type", f'expected a JSON object like {{"{FIELD}": [...]}}, got a JSON {type(payload).__name__}')
@@ -131,29 +126,26 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
     if isinstance(data, list) and len(data) == 0:
         raise RequestError(422, "empty_batch", f"{FIELD!r} is an empty list; send at least one example of shape {example_text}")
     try:
-        array = np.asarray(data)
+        return data, np.asarray(data)
     except (ValueError, TypeError):
         raise RequestError(
             422,
             "wrong_shape",
             f"{FIELD!r} has rows of different lengths or too many dimensions; expected shape {example_text} or {batch_text}",
         ) from None
-    integer_model = np.issubdtype(contract.dtype, np.integer)
+
+
+def _check_kind(data: Any, array: np.ndarray, contract: InputContract) -> None:
+    """Numbers only: no text, true/false, objects or nulls; plain integers for an integer model."""
     kind = array.dtype.kind
     if kind in "US":
-        raise RequestError(
-            422, "wrong_type", f"{FIELD!r} contains text; expected {'integers' if integer_model else 'numbers'} ({contract.dtype.name})"
-        )
+        raise RequestError(422, "wrong_type", f"{FIELD!r} contains text; expected {_numbers_word(contract)}")
     if kind == "b":
-        raise RequestError(
-            422,
-            "wrong_type",
-            f"{FIELD!r} contains true/false; expected {'integers' if integer_model else 'numbers'} ({contract.dtype.name})",
-        )
+        raise RequestError(422, "wrong_type", f"{FIELD!r} contains true/false; expected {_numbers_word(contract)}")
     if kind == "O" or kind not in "iuf":
         what = "an object" if isinstance(data, dict) else "null or a mix of types"
         raise RequestError(422, "wrong_type", f"{FIELD!r} contains {what}; expected nested lists of numbers ({contract.dtype.name})")
-    if integer_model and kind == "f" and array.size:
+    if np.issubdtype(contract.dtype, np.integer) and kind == "f" and array.size:
         info = np.iinfo(contract.dtype)
         if not np.isfinite(array).all() or array.min() < info.min or array.max() > info.max:
             raise RequestError(422, "out_of_range", f"{FIELD!r} has values outside {contract.dtype.name}'s range {info.min}..{info.max}")
@@ -163,24 +155,23 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
             f"{FIELD!r} contains numbers written with a decimal point, an exponent or more than {_INT_DIGITS} digits; "
             f"this model takes integers ({contract.dtype.name}) written as plain integers",
         )
+
+
+def _with_batch_axis(data: Any, array: np.ndarray, contract: InputContract) -> tuple[np.ndarray, bool]:
+    """(the batch, whether one example was sent): the rank, no true/false inside, the batch size and every dimension checked."""
+    example_text, batch_text = contract.shape_text(), contract.shape_text(batch=True)
     rank = len(contract.example_shape)
-    if array.ndim == rank:
-        single, array = True, array[np.newaxis]
-    elif array.ndim == rank + 1:
-        single = False
-    else:
+    if array.ndim not in (rank, rank + 1):
         raise RequestError(
             422,
             "wrong_shape",
             f"{FIELD!r} has shape {list(array.shape)}; expected one example of shape {example_text} or a batch of shape {batch_text}",
         )
-    boolean_at = _first_boolean(data)  # after the shape checks: the nesting is at most the model's rank + 1 deep
+    single = array.ndim == rank
+    array = array[np.newaxis] if single else array
+    boolean_at = _first_boolean(data)  # after the rank check: the nesting is at most the model's rank + 1 deep
     if boolean_at is not None:
-        raise RequestError(
-            422,
-            "wrong_type",
-            f"{_index_text(boolean_at)} is true/false; expected {'integers' if integer_model else 'numbers'} ({contract.dtype.name})",
-        )
+        raise RequestError(422, "wrong_type", f"{_index_text(boolean_at)} is true/false; expected {_numbers_word(contract)}")
     if array.shape[0] == 0:
         raise RequestError(422, "empty_batch", f"{FIELD!r} holds no examples; send at least one example of shape {example_text}")
     if array.shape[0] > contract.max_batch:
@@ -197,20 +188,33 @@ def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
                 f"each example has shape {list(array.shape[1:])}; expected {example_text} "
                 f"(dimension {axis} should be {want if want is not None else 'at least 1'})",
             )
-    if not integer_model:
-        with np.errstate(over="ignore", invalid="ignore"):
-            converted = array.astype(contract.dtype)
-        finite = np.isfinite(converted)
-        if not finite.all():
-            index = tuple(int(i) for i in np.argwhere(~finite)[0])
-            index = index[1:] if single else index
-            raise RequestError(
-                422,
-                "not_finite",
-                f"{_index_text(index)} is not a finite {contract.dtype.name} number (too large for {contract.dtype.name}); inputs must be finite",
-            )
-        return converted, single
-    info = np.iinfo(contract.dtype)
-    if array.min() < info.min or array.max() > info.max:
-        raise RequestError(422, "out_of_range", f"{FIELD!r} has values outside {contract.dtype.name}'s range {info.min}..{info.max}")
-    return array.astype(contract.dtype), single
+    return array, single
+
+
+def _converted(array: np.ndarray, single: bool, contract: InputContract) -> np.ndarray:
+    """The batch in the model's dtype: finite for a float model, within range for an integer one."""
+    if np.issubdtype(contract.dtype, np.integer):
+        info = np.iinfo(contract.dtype)
+        if array.min() < info.min or array.max() > info.max:
+            raise RequestError(422, "out_of_range", f"{FIELD!r} has values outside {contract.dtype.name}'s range {info.min}..{info.max}")
+        return array.astype(contract.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        converted = array.astype(contract.dtype)
+    finite = np.isfinite(converted)
+    if not finite.all():
+        index = tuple(int(i) for i in np.argwhere(~finite)[0])
+        index = index[1:] if single else index
+        raise RequestError(
+            422,
+            "not_finite",
+            f"{_index_text(index)} is not a finite {contract.dtype.name} number (too large for {contract.dtype.name}); inputs must be finite",
+        )
+    return converted
+
+
+def to_batch(payload: Any, contract: InputContract) -> tuple[np.ndarray, bool]:
+    """Validate a parsed body against ``contract``; returns (batch array of the model's dtype, whether one example was sent)."""
+    data, array = _as_array(payload, contract)
+    _check_kind(data, array, contract)
+    array, single = _with_batch_axis(data, array, contract)
+    return _converted(array, single, contract), single
