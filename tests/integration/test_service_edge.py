@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.topics import serving
-from onnx_service import edge, validation
+from onnx_service import edge, text, validation
 from onnx_service.app import create_app
 from onnx_service.config import ConfigError, Settings
 
@@ -237,9 +237,9 @@ def test_admin_refusals_repeat_at_most_an_excerpt_of_a_long_file_name(tmp_path, 
     response = _call(_app(admin_token="t"), "PUT", "/admin/routing", json=document, headers={"authorization": "Bearer t"})
     detail = _assert_error_shape(response, 422, "bad_routing")["detail"]
     sent = str(path)
-    repeated = [sent[i : i + validation.EXCERPT_CHARS + 1] for i in range(len(sent) - validation.EXCERPT_CHARS)]
+    repeated = [sent[i : i + text.EXCERPT_CHARS + 1] for i in range(len(sent) - text.EXCERPT_CHARS)]
     assert not [window for window in repeated if window in detail], detail
-    assert name[-validation.EXCERPT_CHARS :] in detail  # the excerpt keeps the end of the file name
+    assert name[-text.EXCERPT_CHARS :] in detail  # the excerpt keeps the end of the file name
 
 
 # ---------------------------------------------------------------- a real server over a raw socket

@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import validation
 from .config import Settings
 from .model import InputContract
+from .text import EXCERPT_CHARS, excerpt
 from .validation import RequestError
 
 PROBES = {"/health", "/ready", "/metrics"}  # never refused for load: an orchestrator must see the process answer
@@ -102,7 +103,7 @@ def _framing_or_coding_refusal(scope: dict) -> tuple[int, str, str, tuple] | Non
     codings = [c.strip().lower() for value in _header_values(scope, b"content-encoding") for c in value.split(",") if c.strip()]
     unsupported = [c for c in codings if c != "identity"]
     if unsupported:
-        detail = f"Content-Encoding {validation.excerpt(', '.join(unsupported))} is not decoded here: send the JSON body uncompressed"
+        detail = f"Content-Encoding {excerpt(', '.join(unsupported))} is not decoded here: send the JSON body uncompressed"
         return 415, "unsupported_content_encoding", detail, ((b"accept-encoding", b"identity"),)
     return None
 
@@ -206,8 +207,8 @@ def bounded_echo(message: str, document: Any) -> str:
     The model loader and ONNX Runtime quote a version's file name and path in their errors, unbounded.
     """
     texts = {text for path in _client_paths(document) for text in (path, str(PurePath(path)), PurePath(path).name)}
-    for text in sorted((t for t in texts if len(t) > validation.EXCERPT_CHARS), key=len, reverse=True):
-        message = message.replace(text, validation.excerpt(text, tail=True))
+    for text in sorted((t for t in texts if len(t) > EXCERPT_CHARS), key=len, reverse=True):
+        message = message.replace(text, excerpt(text, tail=True))
     return message
 
 

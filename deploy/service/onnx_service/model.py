@@ -166,7 +166,7 @@ def _read_verified(path: Path, expected_sha256: str) -> tuple[bytes, str]:
     actual = hashlib.sha256(data).hexdigest()
     if expected_sha256 and actual != expected_sha256.lower():
         raise ModelError(
-            f"model sha256 mismatch for {excerpt(path.name)}: expected {expected_sha256.lower()}, the file has {actual} "
+            f"model sha256 mismatch for {excerpt(path.name, tail=True)}: expected {expected_sha256.lower()}, the file has {actual} "
             "(the file is corrupted or not the model this service was configured for)"
         )
     return data, actual
@@ -180,10 +180,12 @@ def _parse(data: bytes, path: Path) -> Any:
     try:
         proto = onnx.load_model_from_string(data)
     except Exception as error:  # protobuf's DecodeError and friends
-        raise ModelError(f"{excerpt(path.name)} is not a valid ONNX model: {type(error).__name__}: {excerpt(str(error))}") from None
+        raise ModelError(
+            f"{excerpt(path.name, tail=True)} is not a valid ONNX model: {type(error).__name__}: {excerpt(str(error))}"
+        ) from None
     if any(uses_external_data(tensor) for tensor in _tensors(proto.graph)):
         raise ModelError(
-            f"{excerpt(path.name)} keeps weights in external data files, which the sha256 check does not cover: the service "
+            f"{excerpt(path.name, tail=True)} keeps weights in external data files, which the sha256 check does not cover: the service "
             "serves single-file models (save with onnx.save_model(model, path, save_as_external_data=False))"
         )
     return proto
@@ -203,7 +205,7 @@ def _open_session(data: bytes, path: Path, threads: int, provider: str) -> Any:
     except providers.ProviderError as error:
         raise ModelError(str(error)) from None
     except Exception as error:
-        raise ModelError(f"ONNX Runtime cannot load {excerpt(path.name)}: {error}") from None
+        raise ModelError(f"ONNX Runtime cannot load {excerpt(path.name, tail=True)}: {error}") from None
     return session
 
 
@@ -211,7 +213,7 @@ def _input_spec(session: Any, path: Path) -> TensorSpec:
     inputs = session.get_inputs()
     if len(inputs) != 1:
         names = ", ".join(arg.name for arg in inputs)
-        raise ModelError(f"the service serves models with exactly one input; {excerpt(path.name)} has {len(inputs)}: {names}")
+        raise ModelError(f"the service serves models with exactly one input; {excerpt(path.name, tail=True)} has {len(inputs)}: {names}")
     spec = TensorSpec(inputs[0].name, inputs[0].type, tuple(inputs[0].shape))
     if spec.type not in _NUMPY_TYPES:
         raise ModelError(f"input {spec.name!r} has type {spec.type}; supported: {', '.join(_NUMPY_TYPES)}")
@@ -229,7 +231,7 @@ def _output_roles(out_specs: list[TensorSpec], path: Path) -> tuple[str | None, 
     if score is None and label is None:
         described = ", ".join(f"{o.name} {o.type} {list(o.shape)}" for o in out_specs)
         raise ModelError(
-            f"{excerpt(path.name)} is not a classifier: expected a [n, classes] float output or a [n] label output, got {described}"
+            f"{excerpt(path.name, tail=True)} is not a classifier: expected a [n, classes] float output or a [n] label output, got {described}"
         )
     return score, label
 
