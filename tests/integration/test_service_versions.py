@@ -81,6 +81,19 @@ def test_buckets_are_stable_and_spread():
     assert 0.08 < share < 0.12  # 10% of keys to the challenger
 
 
+def test_a_non_ascii_key_is_bucketed_as_the_client_hashes_its_utf8_bytes(tmp_path, versions, images):
+    key = "café"
+    misread = key.encode("utf-8").decode("latin-1")  # what a server hands over when it decodes the header as latin-1
+    percent = max(routing.bucket(key), routing.bucket(misread))  # exactly one of the two buckets lies below it
+    expected = "challenger" if routing.bucket(key) < percent else "champion"
+    routing_file = tmp_path / "routing.json"
+    routing_file.write_text(json.dumps(_document(versions, percent=percent)))
+    with TestClient(create_app(Settings(model=versions["1"], routing=str(routing_file)))) as client:
+        response = client.post("/predict", json=serving.payload(images[:1]), headers={"x-request-key": key.encode("utf-8")})
+    assert response.json()["alias"] == expected  # as the client computes bucket("café"), not bucket of the misread text
+    assert routing.key_from_header(misread) == key and routing.key_from_header(None) is None
+
+
 def test_split_by_request_key_and_shadow_counts(tmp_path, versions, images):
     routing_file = tmp_path / "routing.json"
     routing_file.write_text(json.dumps(_document(versions, percent=30, shadow="2")))

@@ -37,7 +37,7 @@ async def predict(request: Request, service: ServiceDep) -> Response:
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
     routing_now = service.routing  # this request finishes on the routing it started with
-    alias, version = routing_now.pick(request.headers.get(routing.KEY_HEADER))
+    alias, version = routing_now.pick(routing.key_from_header(request.headers.get(routing.KEY_HEADER)))
     try:
         outputs = await unless_the_client_leaves(request, service.infer(version, batch))
     except ClientLeft:  # nobody reads the answer: recorded as 499 (the request was dropped if it had not started running)

@@ -52,6 +52,17 @@ def bucket(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:4], "big") % 100
 
 
+def key_from_header(value: str | None) -> str | None:
+    """The request key a client sent in ``X-Request-Key``: the header's bytes read as UTF-8.
+
+    HTTP servers hand header values over decoded as latin-1 (starlette does), so "café" sent as UTF-8 arrives as
+    "cafÃ©"; its bytes, read as UTF-8, are what the client sent and what ``bucket`` hashes on the client's side too.
+    """
+    if value is None:
+        return None
+    return value.encode("latin-1", errors="replace").decode("utf-8", errors="replace")
+
+
 @dataclass(frozen=True)
 class Routing:
     """Versions by name, aliases to them, the challenger's share of request keys and the shadow version."""
