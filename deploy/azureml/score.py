@@ -9,7 +9,11 @@ limit), and score.py answers with the same status codes, messages and prediction
 A client of a managed online endpoint sees those codes only on a local run: Azure's front end turns every non-200
 answer into 424, with score.py's code in the header ms-azureml-model-error-statuscode (deploy/azureml/README.md).
 Unlike the service, it does not limit the body's size (the service's 413 above max_body_bytes), and its answer
-names no version or alias. It imports only onnx_service's modules that need nothing beyond conda.yml (make test
+names no version or alias. Two answers come from Azure ML's inference server, not from the service's rules: it
+also serves GET /score, each query parameter turned into a JSON field (GET /score?inputs=[1,2] gets score.py's 422,
+where the service has no GET /predict: 405), and a body that is not UTF-8 gets the server's own 400
+{"message": "Input cannot be decoded as UTF-8: ..."} before score.py runs (the service answers 400 invalid_json, and
+reads UTF-16 and UTF-32 JSON). It imports only onnx_service's modules that need nothing beyond conda.yml (make test
 runs it in a venv of conda.yml's pip section); nothing here imports labsupport.
 """
 

@@ -31,14 +31,11 @@ def _close(value: float, target: float) -> bool:
     return abs(value - target) <= 0.01 * target
 
 
-def _check_kv_cache(answer: object) -> str:
-    value = _number(answer)
-    per_token = Q1_LAYERS * Q1_KV_HEADS * Q1_HEAD_DIM * Q1_BYTES
-    truth = 2 * per_token * Q1_BATCH * Q1_TOKENS
+def _kv_cache_slips(truth: float) -> list[tuple[float, str]]:
+    """The answers that the usual slips give, each with its cause; several slips can give the same answer. A cause ""
+    is a slip never named on its own (a count off by one), but one that makes a named cause uncertain."""
     gqa_factor = Q1_QUERY_HEADS / Q1_KV_HEADS
-    if _close(value, truth):
-        return f"{truth:,.0f} bytes = {truth / 2**30:.2f} GiB of cache for {Q1_BATCH} x {Q1_TOKENS} tokens"
-    diagnoses = [
+    return [
         (
             truth * gqa_factor / Q1_BATCH,
             f"that uses the {Q1_QUERY_HEADS} query heads and one sequence; cache only the "
@@ -48,14 +45,11 @@ def _check_kv_cache(answer: object) -> str:
             truth * gqa_factor,
             f"that uses the {Q1_QUERY_HEADS} query heads; with grouped-query attention only the {Q1_KV_HEADS} key/value heads are cached",
         ),
-        (
-            truth / 2,
-            f"that is half the answer: the cache stores a key AND a value per layer and head, and FP32 values take {Q1_BYTES} bytes, not 2",
-        ),
-        (
-            truth / 4,
-            f"that is a quarter of the answer: the cache stores a key AND a value per layer and head, each of {Q1_BYTES} bytes (FP32)",
-        ),
+        (truth / 2, "that counts a key or a value; the cache stores a key AND a value per layer and head"),
+        (truth / 2, f"that uses 2-byte values; FP32 values take {Q1_BYTES} bytes"),
+        (truth / 2, f"that uses a head_dim of {Q1_HEAD_DIM // 2}; each key/value head holds {Q1_HEAD_DIM} values"),
+        (truth / 4, "that counts a key or a value, of 2 bytes each; the cache stores a key AND a value, of 4 bytes (FP32)"),
+        (truth / 4, f"that uses 1-byte values; FP32 values take {Q1_BYTES} bytes"),
         (truth / Q1_BATCH, f"that is one sequence; the batch holds {Q1_BATCH}"),
         (truth * (Q1_BATCH + 1) / Q1_BATCH, f"that is {Q1_BATCH + 1} sequences; the batch holds {Q1_BATCH}"),
         (
@@ -64,15 +58,35 @@ def _check_kv_cache(answer: object) -> str:
             f"at {Q1_BYTES} bytes per FP32 value",
         ),
         (truth * 4000 / Q1_TOKENS, f"that counts 4,000 tokens; each sequence holds {Q1_TOKENS:,} (4K = 2**12)"),
+        (truth * (Q1_LAYERS - 1) / Q1_LAYERS, ""),  # within 1% of the 4,000 tokens above
+        (truth * (Q1_LAYERS + 1) / Q1_LAYERS, ""),
         (truth * 8, "that is bits; the question asks for bytes"),
         (truth / 2**30, "answer in bytes, not gigabytes"),
         (truth / 1e9, "answer in bytes, not gigabytes"),
         (truth / 2**20, "answer in bytes, not MiB"),
         (truth / 1e6, "answer in bytes, not megabytes"),
     ]
-    for wrong, reason in diagnoses:
-        if _close(value, wrong):
-            raise Incorrect(reason)
+
+
+def _ratio_in_words(ratio: float) -> str:
+    named = {0.5: "half", 0.25: "a quarter of"}
+    return next((words for value, words in named.items() if _close(ratio, value)), f"{ratio:.4g} times")
+
+
+def _check_kv_cache(answer: object) -> str:
+    value = _number(answer)
+    per_token = Q1_LAYERS * Q1_KV_HEADS * Q1_HEAD_DIM * Q1_BYTES
+    truth = 2 * per_token * Q1_BATCH * Q1_TOKENS
+    if _close(value, truth):
+        return f"{truth:,.0f} bytes = {truth / 2**30:.2f} GiB of cache for {Q1_BATCH} x {Q1_TOKENS} tokens"
+    causes = list(dict.fromkeys(reason for wrong, reason in _kv_cache_slips(truth) if _close(value, wrong)))
+    if len(causes) == 1 and causes[0]:
+        raise Incorrect(causes[0])
+    if len(causes) > 1:  # one answer, several possible slips: naming one would misdiagnose the others
+        raise Incorrect(
+            f"that is {_ratio_in_words(value / truth)} the answer, which more than one slip gives; check each factor: "
+            "2 (a key AND a value), layers, key/value heads (not query heads), head_dim, bytes per FP32 value, tokens, sequences"
+        )
     raise Incorrect(f"{value:,.0f} bytes is not the KV-cache size of this configuration")
 
 

@@ -69,7 +69,7 @@ class _RecordingSession:
 
 def _check_feeds(session: object, feed: dict[str, object], pasts: dict[str, np.ndarray], past_length: int, call: int) -> None:
     """Name, in the loop's terms, the feeds ONNX Runtime would refuse with an index or shape error: the past's heads,
-    position_ids (one per token fed) and the attention mask's width (one column per position seen so far, past included)."""
+    position_ids (one per token fed, per row or one row for all) and the attention mask's width (one column per position seen so far, past included)."""
     declared = {i.name: i.shape for i in session.get_inputs()}
     for name, past in pasts.items():
         heads = declared.get(name, [None, None])[1]
@@ -84,10 +84,11 @@ def _check_feeds(session: object, feed: dict[str, object], pasts: dict[str, np.n
     if ids.ndim != 2 or mask.ndim != 2:
         return
     positions = np.asarray(feed.get("position_ids", ids))
-    if positions.shape != ids.shape:
+    if positions.shape not in (ids.shape, (1, ids.shape[1])):  # one row for the whole batch broadcasts, as transformers builds it
         raise Incorrect(
             f"call {call}: position_ids has shape {positions.shape}, input_ids {ids.shape}: position_ids give the position "
-            f"of each token fed, here {past_length}..{past_length + ids.shape[1] - 1}, so their shape is input_ids'"
+            f"of each token fed, here {past_length}..{past_length + ids.shape[1] - 1}, so their shape is input_ids' "
+            f"(or {(1, ids.shape[1])}, one row shared by the batch)"
         )
     want = (ids.shape[0], past_length + ids.shape[1])
     if mask.shape == want:

@@ -56,6 +56,14 @@ def _mlflow():
     return mlflow
 
 
+def version_number(version: int | str) -> str:
+    """A model version as MLflow numbers it: 2, "2" and "02" are all "2"; anything else raises ValueError with the reason."""
+    text = str(version) if isinstance(version, int) and not isinstance(version, bool) else version
+    if not (isinstance(text, str) and text.isascii() and text.isdigit() and int(text) >= 1):
+        raise ValueError(f"a model version must be an integer of 1 or more (2 or '2'), got {version!r}")
+    return str(int(text))
+
+
 class IntegrityError(RuntimeError):
     """A registered file whose sha256 is not the one recorded, or a service serving other files than the registry's."""
 
@@ -87,12 +95,13 @@ class Registry:
         """The tags logged with a version (sha256, opset, accuracy, parity, description)."""
         return dict(self.client.get_model_version(self.name, version).tags)
 
-    def model_path(self, version_or_alias: str) -> Path:
+    def model_path(self, version_or_alias: int | str) -> Path:
         """The registered ``model.onnx`` of a version number or an alias, checked against the sha256 recorded with it.
 
         Raises IntegrityError when the file in the artifact store is not the one that was registered.
         """
-        version = version_or_alias if version_or_alias.isdigit() else self.version_of(version_or_alias)
+        number = isinstance(version_or_alias, int) or version_or_alias.isdigit()
+        version = version_number(version_or_alias) if number else self.version_of(version_or_alias)
         if version is None:
             raise KeyError(f"no {version_or_alias!r} alias on {self.name}")
         path = self.download(self.client.get_model_version_download_uri(self.name, version)) / "model.onnx"
@@ -378,7 +387,7 @@ def _checks(registry: Registry, version: str, split: Any, budgets: Budgets) -> l
     ]
 
 
-def gate(registry: Registry, version: str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
+def gate(registry: Registry, version: int | str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
     """Run the registered artifact of ``version`` and the champion's on ``split`` and check ``budgets``; fails closed.
 
     Parity: the artifact's outputs vs the reference logits logged with it (``labsupport.course.compare``).
@@ -386,13 +395,15 @@ def gate(registry: Registry, version: str, split: Any, budgets: Budgets = Budget
     person removes the tag. Accuracy: at least ``min_accuracy`` and at most ``max_accuracy_drop`` below the champion's, re-measured
     on the same split. Latency: median single-example run at most ``max_latency_ratio`` times the
     champion's, both measured in alternating rounds. Any error reading either version (a missing record,
-    a file whose sha256 differs from the recorded one, an unreadable store) refuses the version with the reason.
+    a file whose sha256 differs from the recorded one, an unreadable store, a version that is not a number) refuses the
+    version with the reason.
     """
     try:
+        version = version_number(version)
         return GateReport(version, _checks(registry, version, split, budgets))
     except Exception as error:  # fail closed: whatever could not be read or verified is a refusal, with its reason
         reason = f"{type(error).__name__}: {error}"
-        return GateReport(version, [GateCheck("records", False, f"could not read or verify the versions ({reason})", reason)])
+        return GateReport(str(version), [GateCheck("records", False, f"could not read or verify the versions ({reason})", reason)])
 
 
 def _crown(registry: Registry, version: str) -> None:
@@ -404,7 +415,7 @@ def _crown(registry: Registry, version: str) -> None:
     registry.client.set_model_version_tag(registry.name, version, SERVED, now)
 
 
-def first_champion(registry: Registry, version: str) -> None:
+def first_champion(registry: Registry, version: int | str) -> None:
     """A person appoints the very first champion (there is nothing to gate it against); refused when one exists.
 
     Sets the ``champion`` alias, as ``set_registered_model_alias`` does, and records that the version served,
@@ -413,18 +424,19 @@ def first_champion(registry: Registry, version: str) -> None:
     current = registry.version_of(CHAMPION)
     if current is not None:
         raise ValueError(f"version {current} is champion already: a new champion goes through promote(), an old one through rollback()")
+    version = version_number(version)
     registry.client.get_model_version(registry.name, version)  # a version that does not exist raises here
     _crown(registry, version)
 
 
-def promote(registry: Registry, version: str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
+def promote(registry: Registry, version: int | str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
     """Gate ``version``; when it passes, point ``champion`` at it (recorded as served) and ``previous`` at the old champion."""
     report = gate(registry, version, split, budgets)
     if report.passed:
         old = registry.version_of(CHAMPION)
-        if old and old != version:
+        if old and old != report.version:
             registry.client.set_registered_model_alias(registry.name, PREVIOUS, old)
-        _crown(registry, version)
+        _crown(registry, report.version)
     return report
 
 
@@ -459,7 +471,7 @@ def _rollback_checks(registry: Registry, version: str, split: Any, budgets: Budg
     ]
 
 
-def rollback_gate(registry: Registry, version: str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
+def rollback_gate(registry: Registry, version: int | str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
     """The gate of a rollback target, on its own evidence only; fails closed like ``gate``.
 
     The target must have served as champion before (its ``served_as_champion`` tag: a version that never
@@ -470,22 +482,37 @@ def rollback_gate(registry: Registry, version: str, split: Any, budgets: Budgets
     damaged cannot block the way back.
     """
     try:
+        version = version_number(version)
         return GateReport(version, _rollback_checks(registry, version, split, budgets), action="restored")
     except Exception as error:
         reason = f"{type(error).__name__}: {error}"
-        return GateReport(version, [GateCheck("records", False, f"could not read or verify the version ({reason})", reason)], "restored")
+        return GateReport(
+            str(version), [GateCheck("records", False, f"could not read or verify the version ({reason})", reason)], "restored"
+        )
 
 
-def rollback(registry: Registry, version: str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
+def _already_champion(registry: Registry, version: int | str) -> GateReport | None:
+    """The report of a rollback to the champion's own number (2, "2" or "02"), None otherwise or when it cannot be read."""
+    with contextlib.suppress(Exception):  # a version that is not a number, an unreadable store: rollback_gate refuses it
+        number = version_number(version)
+        if registry.version_of(CHAMPION) == number:
+            return GateReport(number, [GateCheck(CHAMPION, True, "already champion: nothing changed", f"{CHAMPION}={number}")], "kept")
+    return None
+
+
+def rollback(registry: Registry, version: int | str, split: Any, budgets: Budgets = Budgets()) -> GateReport:
     """Make ``version``, which served as champion before, the champion again, through ``rollback_gate``; twice changes nothing more.
 
     The version rolled back from is tagged ``rolled_back`` (the gates then refuse it) and loses the
     ``challenger`` alias if it held it; ``previous`` is removed (it named the champion before the
-    promotion that was undone). A refused rollback changes nothing.
+    promotion that was undone). A refused rollback, or one to the champion itself, changes nothing.
     """
+    unchanged = _already_champion(registry, version)
+    if unchanged is not None:
+        return unchanged
     report = rollback_gate(registry, version, split, budgets)
     if report.passed:
-        current = registry.version_of(CHAMPION)
+        version, current = report.version, registry.version_of(CHAMPION)
         _crown(registry, version)
         if current and current != version:
             registry.client.set_model_version_tag(registry.name, current, ROLLED_BACK, "true")

@@ -70,7 +70,9 @@ def test_a_service_module_that_needs_a_package_conda_yml_lacks_fails_in_the_venv
 
 
 def test_azure_ml_inference_server_serves_score_py_from_the_conda_venv(conda_python, code, tmp_path):
-    """The real server (azmlinfsrv, gunicorn) as the deployment runs it: the service's answers over HTTP, 200, 422 and 415."""
+    """The real server (azmlinfsrv, gunicorn) as the deployment runs it: the service's answers over HTTP, 200, 422 and 415,
+    and the two that are the server's own, as deploy/azureml/README.md and score.py say: GET /score with query parameters
+    (the service has no GET /predict) and a body that is not UTF-8 (UTF-16 included), refused before score.py runs."""
     import json
     import os
     import shutil
@@ -106,9 +108,21 @@ def test_azure_ml_inference_server_serves_score_py_from_the_conda_venv(conda_pyt
             pytest.fail(f"azmlinfsrv did not answer:\n{log.read_text()[-2000:]}")
         refused = httpx.post(url, json={"input": images.tolist()}, timeout=30)
         wrong_type = httpx.post(url, content=json.dumps({"inputs": images.tolist()}), headers={"content-type": "text/plain"}, timeout=30)
+        by_query = httpx.get(url, params={"inputs": "[1,2]"}, timeout=30)
+        not_utf8 = [
+            httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=30)
+            for body in (b'{"inputs": "\xff"}', json.dumps({"inputs": images.tolist()}).encode("utf-16"))
+        ]
     finally:
         server.terminate()
         server.wait(timeout=30)
     assert served.status_code == 200 and len(served.json()["predictions"]) == 2
     assert (refused.status_code, refused.json()["error"]) == (422, "missing_field")
     assert (wrong_type.status_code, wrong_type.json()["error"]) == (415, "unsupported_media_type")
+    assert (by_query.status_code, by_query.json()["error"]) == (422, "wrong_shape")  # score.py's answer to the query
+    undecoded = "Input cannot be decoded as UTF-8"
+    for answer in not_utf8:
+        assert answer.status_code == 400 and answer.json()["message"].startswith(undecoded), answer.text
+    for told in (azure_ml.DEPLOY_DIR / "README.md", code / azure_ml.SCORING_SCRIPT):
+        text = " ".join(told.read_text(encoding="utf-8").split())
+        assert undecoded in text and "GET /score?inputs=[1,2]" in text and "GET /predict" in text, told

@@ -19,6 +19,7 @@ def make_loop(
     first_logits=False,
     first_present=False,
     positions_whole=False,
+    shared_positions=False,
 ):
     """The reference greedy loop over the with-past export, with one known mistake switched on."""
 
@@ -28,7 +29,7 @@ def make_loop(
         _, heads, _, head_size = past_inputs[0].shape
         empty = {i.name: np.zeros((batch, kv_heads or heads, 0, head_size), np.float32) for i in past_inputs}
         past, ids = dict(empty), prompts
-        positions, mask = np.tile(np.arange(length), (batch, 1)), np.ones((batch, length), np.int64)
+        positions, mask = np.tile(np.arange(length), (1 if shared_positions else batch, 1)), np.ones((batch, length), np.int64)
         new, prompt_presents = [], []
         for _ in range(new_tokens):
             logits, *presents = session.run(None, {"input_ids": ids, "position_ids": positions, "attention_mask": mask, **past})
@@ -41,9 +42,9 @@ def make_loop(
                 presents = [presents[index ^ 1] for index in range(len(presents))]
             past = dict(zip(past, presents, strict=True)) if keep_past else dict(empty)
             if positions_whole:
-                positions = np.tile(np.arange(positions.shape[1] + 1), (batch, 1))
+                positions = np.tile(np.arange(positions.shape[1] + 1), (positions.shape[0], 1))
             else:
-                positions = np.zeros_like(ids) if restart_positions else positions[:, -1:] + 1
+                positions = np.zeros_like(positions[:, -1:]) if restart_positions else positions[:, -1:] + 1
             if first_present:
                 mask = np.ones((batch, length + 1), np.int64)
             elif mask_new_only:
@@ -107,6 +108,18 @@ def test_q1_accepts_one_prompt_at_a_time():
 
     outcome = nb12.q1.evaluate(row_by_row)
     assert outcome.status == CORRECT, outcome.message
+
+
+def test_q1_accepts_one_row_of_position_ids_for_the_whole_batch():
+    """Shape (1, L), broadcast over the batch: what transformers builds (cache_position.unsqueeze(0)), refused before."""
+    outcome = nb12.q1.evaluate(make_loop(shared_positions=True))
+    assert outcome.status == CORRECT, outcome.message
+    for wrong, reason in [
+        (make_loop(shared_positions=True, restart_positions=True), "rows differ from transformers'"),
+        (make_loop(shared_positions=True, positions_whole=True), "call 2: position_ids has shape (1, 11), input_ids (32, 1)"),
+    ]:
+        outcome = nb12.q1.evaluate(wrong)
+        assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
 
 
 def one_call_too_many(session, prompts, new_tokens):

@@ -258,8 +258,43 @@ def test_a_rollback_never_promotes_a_version_that_did_not_serve(tmp_path, split,
     assert lifecycle.gate(registry, cnn, split).passed and lifecycle.rollback(registry, cnn, split).passed
     # an accuracy recorded on one split is not compared with one measured on another
     for other in (split.images[:300], split.labels[:300]), (split.images[::-1], split.labels[::-1]):  # fewer; the same, reordered
-        report = lifecycle.rollback(registry, cnn, types.SimpleNamespace(images=other[0], labels=other[1]))
+        report = lifecycle.rollback_gate(registry, cnn, types.SimpleNamespace(images=other[0], labels=other[1]))
         assert [c.name for c in report.checks if not c.passed] == ["split"], str(report)
+
+
+def _state(registry):
+    """The aliases and every version's tags: what a rollback may change."""
+    aliases = {alias: registry.version_of(alias) for alias in (lifecycle.CHAMPION, lifecycle.PREVIOUS, lifecycle.CHALLENGER)}
+    return aliases, {version: registry.tags(version) for version in ("1", "2")}
+
+
+def test_a_rollback_reads_version_numbers_as_numbers(tmp_path, split, reference):
+    """The review's probes: "02" for champion 2 passed, tagged it rolled_back and deleted previous; so did "2"; an int crashed."""
+    registry = lifecycle.open_registry(tmp_path / "store", fresh=True)
+    cnn = ensure_digits_cnn()
+    first = lifecycle.log_version(registry, cnn, reference, split, "digits CNN")
+    optimized = lifecycle.optimized_copy(cnn, tmp_path / "optimized.onnx")
+    second = lifecycle.log_version(registry, optimized, reference, split, "optimized build")
+    lifecycle.first_champion(registry, int(first))
+    promotion = lifecycle.promote(registry, int(second), split)  # an int is a version number too
+    assert promotion.passed and promotion.version == "2", str(promotion)
+    before = _state(registry)
+    assert before[0] == {lifecycle.CHAMPION: "2", lifecycle.PREVIOUS: "1", lifecycle.CHALLENGER: None}
+    for same in ("02", "2", 2):  # the champion's own number, however written
+        report = lifecycle.rollback(registry, same, split)
+        assert report.passed and report.version == "2", str(report)
+        assert [str(check) for check in report.checks] == ["PASS champion: already champion: nothing changed"]
+        assert _state(registry) == before
+    for typo in ("2.0", "two", " 2", "-1", "0", True, None):
+        for check in (lifecycle.rollback, lifecycle.rollback_gate, lifecycle.gate, lifecycle.promote):
+            report = check(registry, typo, split)
+            assert not report.passed and "must be an integer of 1 or more" in str(report), str(report)
+        assert _state(registry) == before
+    report = lifecycle.rollback(registry, "01", split)  # version 1, written with a leading zero
+    assert report.passed and report.version == "1", str(report)
+    aliases, tags = _state(registry)
+    assert aliases == {lifecycle.CHAMPION: "1", lifecycle.PREVIOUS: None, lifecycle.CHALLENGER: None}
+    assert tags["2"][lifecycle.ROLLED_BACK] == "true" and lifecycle.ROLLED_BACK not in tags["1"]
 
 
 def test_a_rolled_back_version_cannot_come_back_quietly(registry, split):

@@ -16,9 +16,9 @@ def test_q1_kv_cache_value_and_wrong_answers():
     for wrong, reason in [
         (2 * 48 * 40 * 128 * 4 * 4096, "query heads and one sequence"),
         (right * 5, "query heads"),
-        (48 * 8 * 128 * 4 * 4096 * 3, "key AND a value"),  # K or V only, with the right 4-byte values (the review's)
-        (2 * 48 * 8 * 128 * 2 * 4096 * 3, "take 4 bytes, not 2"),  # FP16 values
-        (48 * 8 * 128 * 2 * 4096 * 3, "a quarter"),  # K or V only and FP16
+        (48 * 8 * 128 * 4 * 4096 * 3, "half the answer, which more than one slip gives"),  # K or V only (the review's)
+        (2 * 48 * 8 * 128 * 2 * 4096 * 3, "half the answer, which more than one slip gives"),  # FP16 values
+        (48 * 8 * 128 * 2 * 4096 * 3, "a quarter of the answer, which more than one slip gives"),  # K or V only and FP16
         (right / 3, "one sequence"),
         (2 * 48 * 8 * 128 * 4 * 4096 * 4, "that is 4 sequences"),  # the review's batch of 4: no longer blamed on query heads
         (right / 2**30, "bytes, not gigabytes"),
@@ -26,7 +26,8 @@ def test_q1_kv_cache_value_and_wrong_answers():
         (right * 8, "that is bits"),
         (right / 2**20, "not MiB"),  # 4,608: the review's
         (right / 1e6, "not megabytes"),
-        (right / 4096 * 4000, "4,000 tokens"),  # "4K" read as 4,000 (the review's)
+        (right / 4096 * 4000, "0.9766 times the answer, which more than one slip gives"),  # "4K" read as 4,000 (the review's)
+        (right / 48 * 49, "is not the KV-cache size"),  # a layer too many: no cause named on a guess
         (2 * 48 * 40 * 128 * 2 * 4096 * 3, "query heads and 2-byte values"),  # 40 query heads + FP16 (the review's)
         (right / 4096 / 3, "is not the KV-cache size"),  # one token only
         (right * 2, "is not the KV-cache size"),  # mine: K and V counted twice (2 x 2 x ...)
@@ -38,6 +39,15 @@ def test_q1_kv_cache_value_and_wrong_answers():
     ]:
         outcome = nb11.q1.evaluate(wrong)
         assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
+
+
+def test_q1_names_a_cause_only_when_one_fits():
+    """The review's: 47 layers was told "that counts 4,000 tokens" (47/48 and 4000/4096 are within 1% of each other), and
+    head_dim 64 "FP32 values take 4 bytes, not 2"; an answer that several slips give gets the factors to check instead."""
+    factors = "check each factor: 2 (a key AND a value), layers, key/value heads (not query heads), head_dim, bytes per FP32 value"
+    for slip in [2 * 47 * 8 * 128 * 4 * 4096 * 3, 2 * 48 * 8 * 64 * 4 * 4096 * 3, 2 * 48 * 8 * 128 * 4 * 4000 * 3]:
+        message = nb11.q1.evaluate(slip).message
+        assert factors in message and "4,000" not in message and "bytes, not 2" not in message, (slip, message)
 
 
 def test_q1_no_mix_of_the_usual_mistakes_gives_the_answer():
