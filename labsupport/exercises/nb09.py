@@ -23,15 +23,60 @@ _NOT_ON_ANDROID = {
 }
 
 
+_NNAPI_FLAGS = {"NNAPI_FLAG_USE_FP16", "NNAPI_FLAG_USE_NCHW", "NNAPI_FLAG_CPU_DISABLED", "NNAPI_FLAG_CPU_ONLY"}
+_OPTION_KEYS = {  # the option keys each provider of this app takes
+    "NnapiExecutionProvider": {"flags"},
+    "XnnpackExecutionProvider": {"intra_op_num_threads"},
+    "CPUExecutionProvider": set(),
+}
+_OTHER_PROVIDERS_KEYS = {  # keys of other providers, to name the mix-up
+    "CoreML": {"ModelFormat", "MLComputeUnits", "RequireStaticInputShapes", "EnableOnSubgraphs", "ModelCacheDirectory"},
+    "XNNPACK": {"intra_op_num_threads"},
+    "QNN": {"backend_path", "backend_type", "htp_performance_mode"},
+}
+_APP_SETS_NNAPI_FLAGS = (
+    "the app sets NNAPI's flags with addNnapi(EnumSet.of(NNAPIFlags.USE_FP16)) (Kotlin/Java); Python's providers= ignores NNAPI options"
+)
+
+
 def _provider_name(entry: object) -> str:
     """One entry of ``providers=[...]``: a name, or a (name, options dict) tuple as ONNX Runtime's Python API takes it."""
     if isinstance(entry, str):
         return entry
     if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], dict):
+        _check_options(*entry)
         return entry[0]
     raise Incorrect(
         f"each entry must be a provider name or a (name, options dict) tuple, as InferenceSession's providers= takes them; got {entry!r}"
     )
+
+
+def _check_options(name: str, options: dict) -> None:
+    """Refuse option keys that belong to another provider (or to none), and NNAPI's CPU_ONLY flag."""
+    allowed = _OPTION_KEYS.get(name)
+    if allowed is None:
+        return  # a provider this app cannot use: _provider_names says why
+    nnapi_note = f"; {_APP_SETS_NNAPI_FLAGS}" if name == "NnapiExecutionProvider" else ""
+    for key in options:
+        if key not in allowed:
+            owner = next((provider for provider, keys in _OTHER_PROVIDERS_KEYS.items() if key in keys), None)
+            whose = f"{key!r} is an option of {owner}, not of {name}" if owner else f"{name} has no option {key!r}"
+            takes = f"it takes {sorted(allowed)}" if allowed else "it takes no options in providers= (threads are SessionOptions')"
+            raise Incorrect(f"{whose}: {takes}{nnapi_note}")
+    if name == "NnapiExecutionProvider":
+        _check_nnapi_flags(str(options.get("flags", "")))
+
+
+def _check_nnapi_flags(flags: str) -> None:
+    names = {flag.strip() for flag in flags.replace("|", ",").split(",") if flag.strip()}
+    unknown = sorted(names - _NNAPI_FLAGS)
+    if unknown:
+        raise Incorrect(f"{unknown} are not NNAPI flags (those are {sorted(_NNAPI_FLAGS)}); {_APP_SETS_NNAPI_FLAGS}")
+    if "NNAPI_FLAG_CPU_ONLY" in names:
+        raise Incorrect(
+            "NNAPI_FLAG_CPU_ONLY makes NNAPI run only its CPU reference implementation, the opposite of using the "
+            f"phone's accelerator; {_APP_SETS_NNAPI_FLAGS}"
+        )
 
 
 def _provider_names(providers) -> list[str]:
@@ -65,19 +110,25 @@ def _check_android_providers(providers) -> str:
             f"{names[0]} before NNAPI would claim every node it can run before NNAPI is asked: "
             "ONNX Runtime offers the nodes to the providers in list order"
         )
-    return f"{' -> '.join(names)}: NNAPI gets first pick of the nodes, and the CPU runs whatever is left"
+    verdict = f"{' -> '.join(names)}: NNAPI gets first pick of the nodes, and the CPU runs whatever is left"
+    nnapi_options = any(isinstance(entry, tuple) and entry[0] == "NnapiExecutionProvider" and entry[1] for entry in providers)
+    return f"{verdict} ({_APP_SETS_NNAPI_FLAGS})" if nnapi_options else verdict
 
 
-def _course_cnn_logits(session, images: np.ndarray) -> np.ndarray:
-    """The answer's logits for ``images``, run in batches of the size its input fixes (one run when the batch is free)."""
+def _whole_batches(images: np.ndarray, size: int) -> np.ndarray:
+    """``images`` repeated (and cut) to fill whole batches of ``size``: every image at least once."""
+    count = -(-len(images) // size) * size
+    return np.resize(images, (count, *images.shape[1:]))
+
+
+def _course_cnn_logits(session, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The images run and the answer's logits for them, in batches of the size its input fixes (one run when the batch is free)."""
     batch = session.get_inputs()[0].shape[0]
     size = batch if isinstance(batch, int) and batch > 0 else len(images)
-    usable = images[: len(images) - len(images) % size]
-    if len(usable) == 0:
-        raise Incorrect(f"this .ort model takes batches of exactly {size} images; the course CNN classifies any number (or one: batch 1)")
+    filled = _whole_batches(images, size)
     name = session.get_inputs()[0].name
     with blame_answer("the .ort model cannot classify the test images"):
-        return np.concatenate([session.run(None, {name: chunk})[0] for chunk in np.split(usable, len(usable) // size)])
+        return filled, np.concatenate([session.run(None, {name: chunk})[0] for chunk in np.split(filled, len(filled) // size)])
 
 
 def _check_ort_file(path) -> str:
@@ -86,18 +137,18 @@ def _check_ort_file(path) -> str:
     from labsupport.topics.edge import is_ort_format, python_reference
 
     path = answer_path(path, "the path (str or Path) of the .ort file the converter wrote")
-    if path.suffix != ".ort" or not is_ort_format(path):
+    if path.suffix.lower() != ".ort" or not is_ort_format(path):
         raise Incorrect(f"{path.name} is not an ORT-format model (expected a .ort file whose header says ORTM)")
     session = onnx_session(path, "the path of the .ort file the converter wrote")
-    images = load_digits().test.images[:64]
-    got = _course_cnn_logits(session, images)
-    want = python_reference(ensure_digits_cnn(), images[: len(got)])["logits"]
+    test_images = load_digits().test.images[:64]
+    images, got = _course_cnn_logits(session, test_images)
+    want = python_reference(ensure_digits_cnn(), images)["logits"]
     if got.shape != want.shape:
         raise Incorrect(f"the .ort model gives outputs of shape {got.shape}; the course CNN gives {want.shape}")
     agreement = float(np.mean(got.argmax(axis=1) == want.argmax(axis=1)))
     if agreement < 0.95:
         raise Incorrect(
-            f"this .ort model agrees with the course CNN on only {agreement:.0%} of {len(got)} test images: convert digits_cnn.onnx"
+            f"this .ort model agrees with the course CNN on only {agreement:.0%} of {len(test_images)} test images: convert digits_cnn.onnx"
         )
     excess = float(np.max(np.abs(got - want) / (_LOGIT_TOLERANCE * (1 + np.abs(want)))))
     if excess > 1:
@@ -105,7 +156,7 @@ def _check_ort_file(path) -> str:
             f"its logits differ from the course CNN's by {excess:.0f}x the tolerance atol=rtol={_LOGIT_TOLERANCE:g}, although a conversion "
             "keeps them: this is another model (the INT8 one, or one with a Softmax added?); convert ensure_digits_cnn()"
         )
-    return f"{path.name} is an ORT-format model whose logits match the course CNN's on {len(got)} test images"
+    return f"{path.name} is an ORT-format model whose logits match the course CNN's on {len(test_images)} test images"
 
 
 _SAMPLE_CONFIG = """\

@@ -445,6 +445,7 @@ def convert_to_ort(
     optimization_style: str = "Fixed",
     target_platform: str = "arm",
     timeout: float = 300,
+    save_optimized_onnx: bool = False,
 ) -> OrtConversion:
     """Convert one .onnx file with ``python -m onnxruntime.tools.convert_onnx_models_to_ort`` (notebook 09).
 
@@ -454,6 +455,8 @@ def convert_to_ort(
     ``session.enable_saved_runtime_optimizations`` to "1"). Returns the .ort model, the converter's warnings
     and the ``required_operators`` config that a reduced-size build takes (``--include_ops_by_config``).
     ``target_platform`` "arm" (phones; the default) or "amd64" picks the platform-specific optimizations.
+    ``save_optimized_onnx`` also writes the same optimized graph as ``<name>.optimized.onnx`` (the converter's
+    ``--save_optimized_onnx_model``: what the .ort file holds, viewable in Netron).
     Give each conversion its own ``output_dir`` so its files are easy to tell apart. For "Runtime" the
     converter also converts the model once more without runtime optimizations (in a temporary folder)
     and the config covers the operators of both, since the saved optimizations may not be applied.
@@ -478,6 +481,7 @@ def convert_to_ort(
         optimization_style,
         "--target_platform",
         target_platform,
+        *(["--save_optimized_onnx_model"] if save_optimized_onnx else []),
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     infix = ".with_runtime_opt" if optimization_style == "Runtime" else ""
@@ -487,6 +491,19 @@ def convert_to_ort(
         raise RuntimeError(f"convert_onnx_models_to_ort failed (status {done.returncode}): {done.stderr.strip()[-2000:]}")
     warnings = tuple(line for line in done.stdout.splitlines() if line.startswith("WARNING:"))
     return OrtConversion(source, ort_path, config_path, optimization_style, warnings)
+
+
+def ort_value_records(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """How many value records (name, type and shape) an ORT-format file's main graph stores, and how many of them
+    name values that no node, graph input or graph output uses any more (those of nodes the optimizer removed) (09)."""
+    from onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs.InferenceSession import InferenceSession
+
+    graph = InferenceSession.GetRootAs(Path(path).read_bytes(), 0).Model().Graph()
+    used = {graph.Inputs(i) for i in range(graph.InputsLength())} | {graph.Outputs(i) for i in range(graph.OutputsLength())}
+    for node in (graph.Nodes(i) for i in range(graph.NodesLength())):
+        used |= {node.Inputs(i) for i in range(node.InputsLength())} | {node.Outputs(i) for i in range(node.OutputsLength())}
+    names = [graph.NodeArgs(i).Name() for i in range(graph.NodeArgsLength())]
+    return len(names), sum(name not in used for name in names)
 
 
 def operator_config_text(path: str | os.PathLike[str]) -> str:

@@ -80,6 +80,29 @@ def test_q1_accepts_nnapi_first_and_cpu_last(answer):
     assert outcome.status == CORRECT, outcome.message
 
 
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        # the review's wrong answers: NNAPI's CPU reference implementation instead of the accelerator, a CoreML key
+        # given to NNAPI, options on the CPU entry, and a flag NNAPI does not have
+        ([(NNAPI, {"flags": "NNAPI_FLAG_CPU_ONLY"}), CPU], "NNAPI_FLAG_CPU_ONLY"),
+        ([(NNAPI, {"ModelFormat": "MLProgram"}), CPU], "an option of CoreML, not of NnapiExecutionProvider"),
+        ([NNAPI, (CPU, {"intra_op_num_threads": "2"})], "takes no options in providers="),
+        ([(NNAPI, {"flags": "NNAPI_FLAG_USE_GPU"}), CPU], "not NNAPI flags"),
+    ],
+)
+def test_q1_rejects_options_of_the_wrong_provider_or_against_the_task(answer, reason):
+    outcome = q1.evaluate(answer)
+    assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
+    if answer[0][0] == NNAPI:
+        assert "addNnapi(EnumSet.of(NNAPIFlags" in outcome.message
+
+
+def test_q1_says_where_the_app_sets_nnapi_flags():
+    outcome = q1.evaluate([(NNAPI, {"flags": "NNAPI_FLAG_USE_FP16"}), CPU])
+    assert outcome.status == CORRECT and "providers= ignores NNAPI options" in outcome.message, outcome.message
+
+
 def test_q1_accepted_tuples_are_what_an_inference_session_takes():
     import onnxruntime as ort
 
@@ -118,6 +141,37 @@ def test_q2_accepts_the_batch1_ort_files_the_notebook_builds(tmp_path, style):
     # the review's right answer that crashed the checker: 64 images in one run of a batch-1 model
     converted = edge.convert_to_ort(_batch1(ensure_digits_cnn(), tmp_path / "batch1"), tmp_path / style, optimization_style=style)
     outcome = q2.evaluate(converted.ort_path)
+    assert outcome.status == CORRECT, outcome.message
+
+
+def _fixed_batch(source: Path, folder: Path, size: int) -> Path:
+    """``source`` with its batch fixed to ``size``, as ``_batch1`` does for 1."""
+    import onnx
+    from onnxruntime.tools.onnx_model_utils import fix_output_shapes, make_dim_param_fixed
+
+    model = onnx.load(source)
+    make_dim_param_fixed(model.graph, "batch", size)
+    fix_output_shapes(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{source.stem}_batch{size}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("size", [100, 7])
+def test_q2_accepts_the_cnn_with_any_fixed_batch(tmp_path, size):
+    # the review's right answer that was refused: batch 100, more than the 64 test images the checker runs
+    converted = edge.convert_to_ort(_fixed_batch(ensure_digits_cnn(), tmp_path / "fixed", size), tmp_path / "out")
+    outcome = q2.evaluate(converted.ort_path)
+    assert outcome.status == CORRECT, outcome.message
+
+
+def test_q2_accepts_an_upper_case_suffix(tmp_path):
+    # the review's right answer refused as "not an ORT-format model": the same file named .ORT
+    converted = edge.convert_to_ort(ensure_digits_cnn(), tmp_path / "out")
+    upper = converted.ort_path.with_suffix(".ORT")
+    converted.ort_path.rename(upper)
+    outcome = q2.evaluate(upper)
     assert outcome.status == CORRECT, outcome.message
 
 

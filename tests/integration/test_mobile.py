@@ -38,6 +38,18 @@ def test_conversion_writes_an_ort_model_and_an_operator_config(converted):
     assert all(line.count(";") == 2 for line in lines)
 
 
+def test_the_int8_ort_file_keeps_records_of_removed_values_and_its_onnx_twin_is_smaller(tmp_path):
+    # notebook 09's explanation of why the INT8 .ort file is not smaller than its .onnx source
+    from labsupport.topics.quantization import ensure_digits_cnn_int8
+
+    source = ensure_digits_cnn_int8()
+    converted = edge.convert_to_ort(source, tmp_path, optimization_style="Fixed", save_optimized_onnx=True)
+    records, unused = edge.ort_value_records(converted.ort_path)
+    assert 0 < unused < records
+    assert converted.ort_bytes > converted.onnx_bytes
+    assert (tmp_path / "digits_cnn_int8.optimized.onnx").stat().st_size < converted.onnx_bytes
+
+
 def test_ort_model_matches_the_onnx_model(converted):
     images = load_digits().test.images
     want = edge.python_reference(converted.onnx_path, images)["logits"]

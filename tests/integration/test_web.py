@@ -125,6 +125,26 @@ def test_server_checks_its_arguments(tmp_path, model, web_runtime):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("error", [ConnectionResetError, BrokenPipeError])
+def test_a_download_the_browser_aborts_prints_nothing(error, capsys):
+    # the review's finding: an aborted download printed a ConnectionResetError traceback into the kernel
+    with onnx_web_demo.server._Server(("127.0.0.1", 0), onnx_web_demo.server._Handler) as httpd:
+        try:
+            raise error
+        except error:
+            httpd.handle_error(None, ("127.0.0.1", 1))
+    assert capsys.readouterr().err == ""
+
+
+def test_other_errors_of_a_request_still_print_their_traceback(capsys):
+    with onnx_web_demo.server._Server(("127.0.0.1", 0), onnx_web_demo.server._Handler) as httpd:
+        try:
+            raise ValueError("a bug in the handler")
+        except ValueError:
+            httpd.handle_error(None, ("127.0.0.1", 1))
+    assert "ValueError: a bug in the handler" in capsys.readouterr().err
+
+
 def test_the_address_printed_on_a_hub_serves_the_page_through_jupyter_server_proxy(model, web_runtime, jupyterlab, monkeypatch):
     # a learner's server on the class hub runs under /user/NAME/ (JUPYTERHUB_SERVICE_PREFIX); jupyter-server-proxy
     # forwards /user/NAME/proxy/PORT/... to 127.0.0.1:PORT, and the page's relative URLs stay under that prefix
