@@ -75,6 +75,8 @@ def answer_path(answer: object, what: str) -> Path:
     if not isinstance(answer, (str, os.PathLike)):
         raise Incorrect(f"expected {what}, got {type(answer).__name__}")
     path = Path(answer)
+    if path.is_dir():
+        raise Incorrect(f"expected {what}; {path.name!r} is a folder, not a file")
     if not path.is_file():
         raise Incorrect(f"expected {what}; {path.name!r} does not exist")
     return path

@@ -8,8 +8,12 @@ from labsupport.course.data import PIXEL_MAX, load_digits
 from labsupport.exercises import Exercise, Incorrect
 from labsupport.exercises.checks import expect_value, whole_number
 
-# a bright image (its maximum is 16) and a faint one (maximum 8): dividing by the image's own maximum fails the second
-SCALE_INPUTS = (np.array([[0, 8, 16], [4, 12, 2]], dtype=np.uint8), np.array([[0, 4, 8]], dtype=np.uint8))
+# a bright image (its maximum is 16) and a faint one (maximum 8): dividing by the image's own maximum fails the second;
+# odd pixels (1, 7, 15) catch an answer that halves first and so loses the last bit, (p // 2) / 8
+SCALE_INPUTS = (
+    np.array([[0, 8, 16], [4, 12, 2], [1, 7, 15]], dtype=np.uint8),
+    np.array([[0, 4, 8]], dtype=np.uint8),
+)
 for _raw in SCALE_INPUTS:
     _raw.setflags(write=False)  # the answer gets a copy: an in-place answer cannot change what later checks feed
 
@@ -35,12 +39,22 @@ def _check_scaled(raw: np.ndarray, result: object) -> None:
             f"for the row {raw[row].tolist()} it gave {_rounded(out[row])}, expected {_rounded(raw[row] / PIXEL_MAX)} "
             f"(largest difference {gap:.2g})"
         )
-        if raw[row].max() < PIXEL_MAX:
+        if _rescaled_by_itself(raw, out, row):
             shown += f"; divide by the fixed maximum {PIXEL_MAX:g}, not by this image's (or row's) own maximum or range"
         raise Incorrect(f"pixels 0..{PIXEL_MAX:g} must map to 0..1: {shown}")
     if out.dtype != np.float32:
         container = "; a Python list has no float32 dtype, return a NumPy array" if isinstance(result, (list, tuple)) else ""
         raise Incorrect(f"the output must be float32 (what ONNX models take), got {out.dtype}{container}")
+
+
+def _rescaled_by_itself(raw: np.ndarray, out: np.ndarray, row: int) -> bool:
+    """Whether ``out[row]`` is ``raw[row]`` divided by the image's or the row's own maximum, or min-max rescaled by either."""
+    pixels = raw.astype(np.float64)
+    candidates = []
+    for scope in (pixels, pixels[row]):
+        low, high = scope.min(), scope.max()
+        candidates += [pixels[row] / max(high, 1), (pixels[row] - low) / max(high - low, 1)]
+    return any(np.allclose(out[row], candidate) for candidate in candidates)
 
 
 def _rounded(values: np.ndarray) -> str:

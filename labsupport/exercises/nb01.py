@@ -235,8 +235,15 @@ def mystery_model() -> onnx.ModelProto:
     return mlp([16, 32, 32, 24, 10, 3], name="mystery", seed=101, gemm_layers={2}, probabilities=False)
 
 
+def _is_pair(answer: object) -> bool:
+    """Whether ``answer`` is an ordered two-element sequence: a tuple, list or 1-D array (not a string or set)."""
+    if isinstance(answer, np.ndarray):
+        return answer.shape == (2,)
+    return isinstance(answer, Sequence) and not isinstance(answer, (str, bytes)) and len(answer) == 2
+
+
 def _check_q3(answer: object) -> str:
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+    if not _is_pair(answer):
         raise Incorrect(f"expected a pair (number of MatMul nodes, number of parameters), got {answer!r}")
     matmuls = whole_number(answer[0], "number of MatMul nodes")
     params = whole_number(answer[1], "number of parameters")

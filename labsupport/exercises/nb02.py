@@ -124,19 +124,31 @@ def _branch_taken(feed: np.ndarray, got: np.ndarray) -> str | None:
     return None
 
 
+def _decided_per_image(feed: np.ndarray, got: np.ndarray) -> bool:
+    """Whether ``got`` halves some images of ``feed`` and keeps the others (a condition computed per image)."""
+    if got.shape != feed.shape:
+        return False
+    return {_branch_taken(image[None], out[None]) for image, out in zip(feed, got, strict=True)} == {"halve", "keep"}
+
+
 def _expect_branches(feeds: list[np.ndarray], outputs: list[np.ndarray], extremes: list[str | None]) -> None:
     """``Incorrect`` unless every output took ScaleIfBright's branch; says whether a branch was lost or the condition is wrong.
 
     ``extremes`` are the branches taken by ``_EXTREME_BATCHES``: if they differ, the export kept both branches.
     """
     taken = [_branch_taken(feed, got) for feed, got in zip(feeds, outputs, strict=True)]
-    for feed, branch in zip(feeds, taken, strict=True):
+    for feed, got, branch in zip(feeds, outputs, taken, strict=True):
         mean = float(feed.mean())
         want = "halve" if mean > BRIGHT_THRESHOLD else "keep"
         if branch == want:
             continue
         side = "above" if mean > BRIGHT_THRESHOLD else "below"
         if branch is None:
+            if _decided_per_image(feed, got):
+                raise Incorrect(
+                    "the output halves some images of a batch and keeps others: the condition must be one value per batch "
+                    f"(the mean over the whole batch, image.mean() > {BRIGHT_THRESHOLD}), not one per image"
+                )
             raise Incorrect(f"for a batch whose mean is {side} {BRIGHT_THRESHOLD} the output is neither image * 0.5 nor image")
         if set(taken) == {branch} and len(set(extremes)) == 1:
             raise Incorrect(

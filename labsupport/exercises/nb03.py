@@ -22,16 +22,29 @@ EXERCISE_SEED = 3
 
 
 @lru_cache(maxsize=1)
-def exercise_model():
-    """The untrained (seeded, so always the same) Keras digits model that exercises 1 and 2 convert.
+def _reference_model():
+    """The checker's own exercise model (seeded, untrained, called once); the learner only ever sees copies of it."""
+    return _built_and_called()
 
-    It has been called once, so ``model.export(path, format="onnx")`` accepts it: Keras refuses to export
-    any model that has never been called unless it is given ``input_signature=`` (notebook 03, section 7).
-    """
+
+def _built_and_called():
     from labsupport.models.digits_keras import IMAGE_SHAPE_NHWC, build_digits_keras
 
     model = build_digits_keras(seed=EXERCISE_SEED)
     model(np.zeros((1, *IMAGE_SHAPE_NHWC), np.float32), training=False)
+    return model
+
+
+def exercise_model():
+    """A fresh copy of the untrained (seeded, so always the same) Keras digits model that exercises 1 and 2 convert.
+
+    A new model on every call, with the reference's weights: training or changing it cannot change what the
+    checker compares with. It has been called once, so ``model.export(path, format="onnx")`` accepts it: Keras
+    refuses to export any model that has never been called unless it is given ``input_signature=`` (notebook 03,
+    section 7).
+    """
+    model = _built_and_called()
+    model.set_weights(_reference_model().get_weights())
     return model
 
 
@@ -70,9 +83,22 @@ def _compare_at_batch_sizes(session, output: str, nchw: bool, reference, logs: b
             raise Incorrect(f"the outputs differ from TensorFlow's at batch size {batch}: {error}") from None
 
 
+def _answer_session(answer):
+    """``onnx_session`` for the answer; a TensorFlow random op left in the graph is blamed on training mode."""
+    try:
+        return onnx_session(answer, _WHAT)
+    except Incorrect as error:
+        if "StatelessRandom" in str(error) or "RandomUniform" in str(error):
+            raise Incorrect(
+                "the graph holds a TensorFlow random op that ONNX Runtime cannot run: the model was called in training "
+                "mode (training=True), which put dropout's random op in the graph; call it with training=False"
+            ) from None
+        raise
+
+
 def _run_at_batch_sizes(answer, reference, logs: bool = False) -> str:
     """Run the answer at BATCH_SIZES with NHWC or NCHW input; one of its (batch, 10) outputs must match ``reference``."""
-    session = onnx_session(answer, _WHAT)
+    session = _answer_session(answer)
     inputs = session.get_inputs()
     if len(inputs) != 1:
         raise Incorrect(f"expected one model input (the image batch), found {len(inputs)}: {[i.name for i in inputs]}")
@@ -100,7 +126,7 @@ def _run_at_batch_sizes(answer, reference, logs: bool = False) -> str:
 def _keras_logits(x):
     from labsupport.models.digits_keras import predict_logits
 
-    return predict_logits(exercise_model(), x)
+    return predict_logits(_reference_model(), x)
 
 
 def _keras_probabilities(x):

@@ -6,6 +6,7 @@ checkers run it with ONNX Runtime and compare labels and probabilities with scik
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 
 import numpy as np
@@ -23,21 +24,34 @@ TRAIN_ROWS = 300
 
 
 @lru_cache(maxsize=1)
-def exercise_pipeline():
-    """The fitted digits pipeline (StandardScaler + LogisticRegression) that exercise 1 converts."""
+def _reference_pipeline():
+    """The checker's own fitted digits pipeline; the learner only ever sees copies of it."""
     from labsupport.models.digits_sklearn import digits_logreg, fit_on_digits
 
     return fit_on_digits(digits_logreg())
 
 
 @lru_cache(maxsize=1)
-def exercise_table():
-    """(table, churned, fitted mixed pipeline): the customer table and the pipeline fitted on its first 300 rows (exercise 2)."""
+def _reference_table():
+    """The checker's own (table, churned, fitted mixed pipeline); the learner only ever sees copies of it."""
     from labsupport.models.digits_sklearn import make_mixed_table, mixed_pipeline
 
     frame, churned = make_mixed_table(TABLE_ROWS)
     model = mixed_pipeline().fit(frame[:TRAIN_ROWS], churned[:TRAIN_ROWS])
     return frame, churned, model
+
+
+def exercise_pipeline():
+    """A fresh copy of the fitted digits pipeline (StandardScaler + LogisticRegression) that exercise 1 converts.
+
+    A copy on every call: refitting or changing it cannot change what the checker compares with.
+    """
+    return copy.deepcopy(_reference_pipeline())
+
+
+def exercise_table():
+    """(table, churned, fitted mixed pipeline): fresh copies of the customer table and of the pipeline fitted on its first 300 rows (exercise 2)."""
+    return copy.deepcopy(_reference_table())
 
 
 def _check_outputs(session, feeds, model, features) -> str:
@@ -80,17 +94,23 @@ def _check_plain_tensor(answer) -> str:
         found = [(i.name, i.type, i.shape) for i in inputs]
         raise Incorrect(f"expected one float32 input of shape (N, 64), found {found}")
     test = load_digits().test
-    return _check_outputs(session, {inputs[0].name: test.flat}, exercise_pipeline(), test.flat)
+    return _check_outputs(session, {inputs[0].name: test.flat}, _reference_pipeline(), test.flat)
 
 
 def _check_table(answer) -> str:
     from labsupport.models.digits_sklearn import onnx_inputs
 
-    frame, _, model = exercise_table()
+    frame, _, model = _reference_table()
     session = onnx_session(answer, _WHAT)
     held_out = frame[TRAIN_ROWS:]
     feeds = onnx_inputs(held_out)
     names = sorted(i.name for i in session.get_inputs())
+    extra = sorted(set(names) - set(feeds))
+    if extra and set(feeds) <= set(names):
+        raise Incorrect(
+            f"the model has inputs that are not feature columns of the table: {extra} (a label is no input); "
+            "build initial_types from the feature columns only"
+        )
     if names != sorted(feeds):
         raise Incorrect(f"expected one input per column {sorted(feeds)}, found {names}")
     for info in session.get_inputs():

@@ -159,7 +159,7 @@ def test_q2_accepts_other_exportable_forms_and_rejects_a_per_image_mean():
     assert nb02.q2.evaluate(_Threshold(0.3)).status == CORRECT
     assert nb02.q2.evaluate(_Mask()).status == CORRECT
     outcome = nb02.q2.evaluate(_PerImage())
-    assert outcome.status == INCORRECT and "neither" in outcome.message, outcome.message
+    assert outcome.status == INCORRECT and "one value per batch" in outcome.message, outcome.message
 
 
 def test_q2_test_batches_lie_on_both_sides_close_to_the_threshold():

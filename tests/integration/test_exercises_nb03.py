@@ -145,6 +145,33 @@ def test_q2_rejects_near_probabilities(body):
     assert outcome.status == INCORRECT, outcome.message
 
 
+def test_q2_blames_training_mode_for_the_random_op():
+    # review 4: ORT's raw INVALID_GRAPH error about StatelessRandomUniformV2 reached the learner
+    outcome = q2.evaluate(_probabilities_function(lambda model, image: tf.nn.softmax(model(image, training=True))))
+    assert outcome.status == INCORRECT and "training mode" in outcome.message, outcome.message
+    assert "INVALID_GRAPH" not in outcome.message
+
+
+def _trained_one_epoch(model):
+    from labsupport.course.data import load_digits
+
+    train = load_digits().train
+    model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(train.images.transpose(0, 2, 3, 1), train.labels, epochs=1, verbose=0)
+    return model
+
+
+def test_training_the_learners_copy_does_not_change_the_reference():
+    # review 4: exercise_model() handed out the checker's own model, so a model trained for an epoch passed
+    trained = _trained_one_epoch(exercise_model())
+    outcome = q1.evaluate(_convert(trained))
+    assert outcome.status == INCORRECT and "differ from TensorFlow" in outcome.message, outcome.message
+    outcome = q2.evaluate(_probabilities_function(lambda model, image: tf.nn.softmax(trained(image, training=False))))
+    assert outcome.status == INCORRECT and "differ from TensorFlow" in outcome.message, outcome.message
+    assert q1.evaluate(q1.reference_answer()).status == CORRECT
+    assert q2.evaluate(q2.reference_answer()).status == CORRECT
+
+
 def test_q1_accepts_keras_own_export_of_the_exercise_model(tmp_path):
     # review 4: the route section 7 recommends crashed with "The model provided has never called."
     path = tmp_path / "exported.onnx"

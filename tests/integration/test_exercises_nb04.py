@@ -6,7 +6,7 @@ import pytest
 from skl2onnx import to_onnx
 
 from labsupport.course.data import load_digits
-from labsupport.exercises import CORRECT, INCORRECT
+from labsupport.exercises import CORRECT, INCORRECT, nb04
 from labsupport.exercises.nb04 import exercise_pipeline, exercise_table, q1, q2
 from labsupport.models.digits_sklearn import digits_forest, fit_on_digits, initial_types, make_mixed_table, mixed_pipeline
 
@@ -115,3 +115,63 @@ def _refit_on_fewer_rows():
 def test_q1_more_wrong_answers_fail(wrong, reason):
     outcome = q1.evaluate(wrong())
     assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
+
+
+# review 4: exercise_pipeline() and exercise_table() handed out the checker's own objects, so changing them changed the reference
+
+
+def _converted_digits(pipeline):
+    return to_onnx(pipeline, load_digits().train.flat[:1], options={"zipmap": False}, target_opset=OPSET)
+
+
+def _refit_on_the_test_split():
+    test = load_digits().test
+    return _converted_digits(exercise_pipeline().fit(test.flat, test.labels))
+
+
+def _refit_with_strong_regularization():
+    train = load_digits().train
+    pipeline = exercise_pipeline()
+    pipeline[-1].C = 1e-3
+    return _converted_digits(pipeline.fit(train.flat[:100], train.labels[:100]))
+
+
+@pytest.mark.parametrize("refit", [_refit_on_the_test_split, _refit_with_strong_regularization], ids=["test-split", "C-1e-3"])
+def test_q1_rejects_a_refit_copy_and_keeps_its_reference(refit):
+    outcome = q1.evaluate(refit())
+    assert outcome.status == INCORRECT and "labels agree" in outcome.message, outcome.message
+    assert q1.evaluate(q1.reference_answer()).status == CORRECT
+
+
+def _converted_table(model, frame):
+    return to_onnx(model, initial_types=initial_types(frame), options={"zipmap": False}, target_opset=OPSET)
+
+
+def test_q2_rejects_a_pipeline_refit_on_the_held_out_rows_too():
+    frame, churned, table_pipeline = exercise_table()
+    outcome = q2.evaluate(_converted_table(table_pipeline.fit(frame, churned), frame))
+    assert outcome.status == INCORRECT and "agree" in outcome.message, outcome.message
+    assert q2.evaluate(q2.reference_answer()).status == CORRECT
+
+
+def test_q2_changing_the_learners_table_leaves_the_checkers_alone():
+    frame, churned, _ = exercise_table()
+    frame["age"] = 0.0
+    frame["churned"] = churned
+    fresh, _, _ = exercise_table()
+    assert fresh.equals(make_mixed_table(nb04.TABLE_ROWS)[0])
+    assert q2.evaluate(q2.reference_answer()).status == CORRECT  # used to ask for a "churned" input
+
+
+def test_q2_names_a_label_column_given_as_an_input():
+    frame, churned, table_pipeline = exercise_table()
+    frame["churned"] = churned
+    outcome = q2.evaluate(_converted_table(table_pipeline, frame))
+    assert outcome.status == INCORRECT and "not feature columns" in outcome.message and "churned" in outcome.message, outcome.message
+
+
+@pytest.mark.parametrize("exercise", [q1, q2], ids=["q1", "q2"])
+def test_a_folder_is_named_a_folder(exercise, tmp_path):
+    (tmp_path / "art").mkdir()
+    outcome = exercise.evaluate(str(tmp_path / "art"))
+    assert outcome.status == INCORRECT and "'art' is a folder, not a file" in outcome.message, outcome.message

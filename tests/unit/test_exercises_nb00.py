@@ -51,6 +51,23 @@ def test_q1_rejects_wrong_scalers_with_the_reason(wrong, reason):
     assert outcome.status == INCORRECT and reason in outcome.message
 
 
+def test_q1_rejects_an_answer_that_is_right_only_for_even_pixels():
+    outcome = nb00.q1.evaluate(lambda p: ((p // 2) / 8).astype(np.float32))  # review 4: every test pixel was even
+    assert outcome.status == INCORRECT and "must map to 0..1" in outcome.message, outcome.message
+    assert "fixed maximum" not in outcome.message
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [lambda p: np.round(p / 16, 1).astype(np.float32), lambda p: (np.asarray(p) / 17).astype(np.float32)],
+    ids=["rounded", "wrong-constant"],
+)
+def test_q1_blames_the_own_maximum_only_when_that_is_the_cause(wrong):
+    outcome = nb00.q1.evaluate(wrong)
+    assert outcome.status == INCORRECT and "must map to 0..1" in outcome.message, outcome.message
+    assert "fixed maximum" not in outcome.message, outcome.message
+
+
 def test_q2_asks_for_a_digit_whose_count_no_other_digit_shares():
     per_digit = np.bincount(load_digits().test.labels, minlength=10)
     assert (per_digit == per_digit[nb00.COUNTED_DIGIT]).sum() == 1
@@ -104,5 +121,5 @@ def _scale_in_place(pixels):
 )
 def test_q1_rejects_more_wrong_scalers_and_keeps_its_inputs(wrong):
     assert nb00.q1.evaluate(wrong).status == INCORRECT
-    assert nb00.SCALE_INPUTS[0].tolist() == [[0, 8, 16], [4, 12, 2]]
+    assert nb00.SCALE_INPUTS[0].tolist() == [[0, 8, 16], [4, 12, 2], [1, 7, 15]]
     assert nb00.q1.evaluate(lambda p: (np.asarray(p) / 16).astype(np.float32)).status == CORRECT

@@ -207,6 +207,16 @@ def test_q3_truth_and_wrong_answers():
     assert q3.evaluate(matmuls).status == INCORRECT
 
 
+def test_q3_accepts_any_ordered_pair_and_rejects_other_containers():
+    model = mystery_model()
+    matmuls = sum(n.op_type == "MatMul" for n in model.graph.node)
+    params = sum(math.prod(t.dims) for t in model.graph.initializer)
+    assert q3.evaluate(np.array([matmuls, params])).status == CORRECT  # review 4: rejected as "expected a pair"
+    for not_a_pair in ({matmuls, params}, np.array([[matmuls, params]]), "42", (matmuls, params, 0)):
+        outcome = q3.evaluate(not_a_pair)
+        assert outcome.status == INCORRECT and "expected a pair" in outcome.message, (not_a_pair, outcome.message)
+
+
 def test_mlp_builds_the_layers_asked_for():
     model = mlp([8, 6, 4], name="small")
     onnx.checker.check_model(model, full_check=True)
