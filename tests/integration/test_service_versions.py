@@ -400,3 +400,28 @@ def test_the_bytes_verified_are_the_bytes_loaded_and_external_data_is_refused(tm
     onnx.save_model(onnx.load(swapped), external, save_as_external_data=True, location="external.onnx.data", size_threshold=0)
     with pytest.raises(svc_model.ModelError, match="keeps weights in external data files, which the sha256 check does not cover"):
         svc_model.load_served_model(external)
+
+
+def test_external_data_in_a_model_local_function_is_refused(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    weights = onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")  # raw_data: what onnx moves to a file
+    body = [
+        helper.make_node("Constant", [], ["w"], value=weights),  # the weights inside the function, not in the graph
+        helper.make_node("Add", ["x", "w"], ["y"]),
+    ]
+    function = helper.make_function("local", "AddWeights", ["x"], ["y"], body, [helper.make_opsetid("", 17)])
+    graph = helper.make_graph(
+        [helper.make_node("AddWeights", ["x"], ["y"], domain="local")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    model = helper.make_model(graph, functions=[function], opset_imports=opsets, ir_version=10)
+    path = tmp_path / "function.onnx"
+    onnx.save_model(model, path, save_as_external_data=True, location="function.onnx.data", size_threshold=0, convert_attribute=True)
+    assert (tmp_path / "function.onnx.data").stat().st_size == 16  # onnx moved the function's constant out of the .onnx
+    with pytest.raises(svc_model.ModelError, match="keeps weights in external data files, which the sha256 check does not cover"):
+        svc_model.load_served_model(path)

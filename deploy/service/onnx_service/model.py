@@ -139,10 +139,24 @@ class LoadedModel:
         return result
 
 
+def _model_tensors(proto: Any) -> Iterator[Any]:
+    """Every tensor stored in a model: its graph's (``_tensors``) and those of its model-local functions' nodes."""
+    yield from _tensors(proto.graph)
+    for function in proto.functions:
+        yield from _node_tensors(function.node)
+
+
 def _tensors(graph: Any) -> Iterator[Any]:
-    """Every tensor stored in a graph: initializers and tensor attributes, subgraphs included."""
+    """Every tensor stored in a graph: initializers (sparse too) and tensor attributes, subgraphs included."""
     yield from graph.initializer
-    for node in graph.node:
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+    yield from _node_tensors(graph.node)
+
+
+def _node_tensors(nodes: Any) -> Iterator[Any]:
+    """The tensors in the attributes of ``nodes`` (a graph's or a function's), subgraphs included."""
+    for node in nodes:
         for attribute in node.attribute:
             if attribute.HasField("t"):
                 yield attribute.t
@@ -183,7 +197,7 @@ def _parse(data: bytes, path: Path) -> Any:
         raise ModelError(
             f"{excerpt(path.name, tail=True)} is not a valid ONNX model: {type(error).__name__}: {excerpt(str(error))}"
         ) from None
-    if any(uses_external_data(tensor) for tensor in _tensors(proto.graph)):
+    if any(uses_external_data(tensor) for tensor in _model_tensors(proto)):
         raise ModelError(
             f"{excerpt(path.name, tail=True)} keeps weights in external data files, which the sha256 check does not cover: the service "
             "serves single-file models (save with onnx.save_model(model, path, save_as_external_data=False))"
