@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from labsupport.topics import serving
-from onnx_service import routing
+from onnx_service import edge, routing
 from onnx_service.app import create_app
 from onnx_service.config import Settings
 from onnx_service.model import LoadedModel, TensorSpec
@@ -139,9 +139,9 @@ def test_a_request_the_model_refuses_fails_alone_in_both_modes(mode):
     assert session.runs == [[1], [5], [3]]  # batching: the merged run [5, 5000, 3] failed, each request then ran alone
 
 
-def _leaving_client(app, body: dict, leave: asyncio.Event) -> asyncio.Task:
+def _leaving_client(app, body: dict | bytes, leave: asyncio.Event) -> asyncio.Task:
     """A POST /predict straight to the ASGI app whose client disconnects once ``leave`` is set; the task gives the status sent."""
-    data = json.dumps(body).encode()
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
     messages = [{"type": "http.request", "body": data, "more_body": False}]
     scope = {
         "type": "http",
@@ -200,6 +200,60 @@ def test_a_request_whose_client_left_is_dropped_before_it_runs_and_counted_499(m
     assert statuses == [499, 499] and queued_after == 0  # they left the queue at once
     assert answered.status_code == 200 and session.runs == [[1]] and session.started == 1  # theirs never ran
     assert samples[("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "499")))] == 2
+
+
+def _count_of_499(samples: dict) -> float:
+    return samples.get(("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "499"))), 0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_request_whose_client_is_already_gone_never_runs_even_on_an_idle_batcher(mode):
+    session = StandInSession()
+    app = standin_app(session, mode)
+
+    async def scenario():
+        gone = asyncio.Event()
+        gone.set()  # the client sent its whole request and closed the connection at once
+        status = await _leaving_client(app, tokens(7), gone)
+        async with client_for(app) as client:
+            return status, serving.parse_metrics((await client.get("/metrics")).text)
+
+    status, samples = asyncio.run(scenario())
+    assert status == 499 and session.started == 0  # nothing queued or running: the batcher was idle, and still never ran it
+    assert _count_of_499(samples) == 1
+
+
+def test_a_body_whose_client_left_while_it_waited_for_the_parse_lane_is_never_parsed(monkeypatch):
+    session = StandInSession()
+    app = standin_app(session, "threadpool")
+    parsed, parsing, release_parse = [], threading.Event(), threading.Event()
+    real_parse = edge._parse_and_validate
+
+    def held_parse(body: bytes, contract):
+        parsed.append(len(body))
+        parsing.set()
+        release_parse.wait(30)
+        return real_parse(body, contract)
+
+    monkeypatch.setattr(edge, "_parse_and_validate", held_parse)
+    padded = json.dumps(tokens(1)).encode() + b" " * edge.INLINE_PARSE_BYTES  # large enough for the parse lane
+
+    async def scenario():
+        async with client_for(app) as client:
+            first = asyncio.create_task(client.post("/predict", content=padded, headers={"content-type": "application/json"}))
+            await asyncio.to_thread(parsing.wait, 30)  # the first body holds the one parse lane
+            leave = asyncio.Event()
+            leaving = _leaving_client(app, padded, leave)
+            await until(lambda: edge._parse_lane().statistics().tasks_waiting == 1, "the second body waiting for the lane")
+            leave.set()
+            status = await leaving  # answered while the first parse still holds the lane
+            release_parse.set()
+            answered = await first
+            return status, answered, serving.parse_metrics((await client.get("/metrics")).text)
+
+    status, answered, samples = asyncio.run(scenario())
+    assert status == 499 and answered.status_code == 200
+    assert len(parsed) == 1 and _count_of_499(samples) == 1  # the abandoned body was never parsed
 
 
 @pytest.mark.parametrize("mode", MODES)

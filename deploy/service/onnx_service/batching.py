@@ -167,6 +167,9 @@ class Batcher:
         Schema checks cannot catch every value a model refuses (a token id beyond the vocabulary passes
         them): one request's bad values must not fail the other requests merged with it.
         """
+        batch = [item for item in batch if not item.future.done()]  # a caller cancelled since the batch was formed is not run
+        if not batch:
+            return
         dispatched = time.perf_counter()
         rows = batch[0].rows if len(batch) == 1 else np.concatenate([item.rows for item in batch])
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
@@ -33,16 +33,17 @@ async def predict(request: Request, service: ServiceDep) -> Response:
     try:
         check_content_type(request.headers.get("content-type"))
         body = await read_body(request, service.settings.max_body_bytes)
-        batch, _single = await parse_request(body, service.contract)
+        batch, _single = await unless_the_client_leaves(request, parse_request(body, service.contract))
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
+    except ClientLeft:
+        return client_left()
     routing_now = service.routing  # this request finishes on the routing it started with
     alias, version = routing_now.pick(routing.key_from_header(request.headers.get(routing.KEY_HEADER)))
     try:
         outputs = await unless_the_client_leaves(request, service.infer(version, batch))
-    except ClientLeft:  # nobody reads the answer: recorded as 499 (the request was dropped if it had not started running)
-        detail = "the client closed the connection before the answer"
-        return JSONResponse({"error": "client_closed_request", "detail": detail}, status_code=CLIENT_CLOSED)
+    except ClientLeft:
+        return client_left()
     except QueueFull as full:
         headers = {"Retry-After": str(full.retry_after)}
         return JSONResponse({"error": "overloaded", "detail": str(full)}, status_code=503, headers=headers)
@@ -70,7 +71,13 @@ async def predict(request: Request, service: ServiceDep) -> Response:
 
 
 class ClientLeft(Exception):
-    """The client closed the connection while its request waited for or ran its inference."""
+    """The client closed the connection while its request waited for or ran its parse or inference."""
+
+
+def client_left() -> Response:
+    """The 499 of a request whose client left: nobody reads it, the metrics count it (its work was dropped unless it had started)."""
+    detail = "the client closed the connection before the answer"
+    return JSONResponse({"error": "client_closed_request", "detail": detail}, status_code=CLIENT_CLOSED)
 
 
 async def _disconnect(request: Request) -> None:
@@ -79,13 +86,19 @@ async def _disconnect(request: Request) -> None:
         pass
 
 
-async def unless_the_client_leaves(request: Request, work: Awaitable[T]) -> T:
-    """``work``'s result, or ClientLeft when the client disconnects first; ``work`` is then cancelled.
+async def unless_the_client_leaves(request: Request, work: Coroutine[Any, Any, T]) -> T:
+    """``work``'s result, or ClientLeft when the client disconnects first; ``work`` is then cancelled (never started if already gone).
 
     uvicorn does not cancel a request's task when its client goes away (it only marks the connection
     closed), so the service listens for ``http.disconnect`` itself. A cancelled request still waiting in
-    the batcher's queue or for an inference slot never runs; one already running finishes in its thread.
+    the batcher's queue, for an inference slot or for the parse lane never runs; one already running
+    finishes in its thread. A client gone before ``work`` starts is seen first (``is_disconnected`` takes
+    a disconnect already received without waiting): an idle batcher would otherwise dispatch the request
+    before the watch below runs.
     """
+    if await request.is_disconnected():
+        work.close()  # never started: no "coroutine was never awaited" warning
+        raise ClientLeft
     task = asyncio.ensure_future(work)
     task.add_done_callback(lambda done: done.cancelled() or done.exception())  # a dropped task's error is not "never retrieved"
     gone = asyncio.ensure_future(_disconnect(request))
