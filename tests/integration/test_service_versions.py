@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import hashlib
 import json
 import re
@@ -336,6 +338,50 @@ def _digits_like(path: Path, target_shape: list[int], seed: int = 0) -> str:
     return str(path)
 
 
+def _fails_from_batch(path: Path, rows: int) -> str:
+    """A _digits_like model that adds row ``batch size`` of a ``rows``-row table to its logits: it fails from batch ``rows`` on."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("Reshape", ["image", "flat_shape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "weights"], ["scores"]),
+        helper.make_node("Shape", ["image"], ["shape"], end=1),
+        helper.make_node("Squeeze", ["shape"], ["batch_size"]),
+        helper.make_node("Gather", ["table", "batch_size"], ["row"]),  # index out of bounds from batch ``rows``
+        helper.make_node("Add", ["scores", "row"], ["logits"]),
+    ]
+    initializers = [
+        numpy_helper.from_array(np.array([-1, 64], dtype=np.int64), "flat_shape"),
+        numpy_helper.from_array(np.ones((64, 10), dtype=np.float32), "weights"),
+        numpy_helper.from_array(np.zeros((rows, 10), dtype=np.float32), "table"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fails_from_batch",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
+        initializers,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION), path)
+    return str(path)
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_warm_up_runs_the_largest_request_the_service_takes_at_start_up_and_on_a_switch(tmp_path, images, batching):
+    served = _digits_like(tmp_path / "served.onnx", [-1, 64])
+    fails_from_9 = _fails_from_batch(tmp_path / "fails_from_9.onnx", rows=9)  # batches 1-8 run: one request of 9-64 would not
+    settings = Settings(admin_token=TOKEN, batching=batching, batch_max_size=8)
+    starting = create_app(dataclasses.replace(settings, model=fails_from_9)).state.service
+    asyncio.run(starting.warm_up())
+    with TestClient(create_app(dataclasses.replace(settings, model=served))) as client:
+        refused = client.put("/admin/routing", json={"versions": {"b": fails_from_9}, "aliases": {"champion": "b"}}, headers=AUTH)
+        predicted = client.post("/predict", json=serving.payload(images[:9]))
+    assert not starting.warm and "on zeros of shape [64, 1, 8, 8]" in starting.warm_up_error, starting.warm_up_error
+    assert refused.status_code == 422 and "on zeros of shape [64, 1, 8, 8]" in refused.json()["detail"], refused.text
+    assert predicted.status_code == 200 and predicted.json()["version"] == "served"
+
+
 def _model_info(client) -> dict[str, dict[str, str]]:
     samples = serving.parse_metrics(client.get("/metrics").text)
     return {dict(labels)["version"]: dict(labels) for (name, labels) in samples if name == "onnx_service_model_info"}
@@ -357,7 +403,7 @@ def test_a_switch_to_a_version_that_fails_its_warm_up_is_refused_and_changes_not
         info = _model_info(client)
     assert [refusal.status_code for refusal in refusals] == [422, 422] and {r.json()["error"] for r in refusals} == {"bad_routing"}
     assert "version b failed its warm-up, so nothing changed" in refusals[0].json()["detail"]
-    assert "on zeros of shape [8, 1, 8, 8]" in refusals[1].json()["detail"], refusals[1].json()["detail"]  # batch 1 ran, 8 did not
+    assert "on zeros of shape [64, 1, 8, 8]" in refusals[1].json()["detail"], refusals[1].json()["detail"]  # batch 1 ran, 64 did not
     assert predicted.status_code == 200 and predicted.json()["version"] == "served"
     assert ready.status_code == 200 and ready.json()["model"]["file"] == "served.onnx"
     assert list(info) == ["served"] and info["served"]["alias"] == "champion"

@@ -133,11 +133,15 @@ class Service:
         ]
 
     def warm_up_sizes(self, model: LoadedModel | None = None) -> tuple[int, ...]:
-        """Batch sizes of the warm-up runs: 1 and the largest batch the service will run (a fixed batch: only that)."""
+        """Batch sizes of the warm-up runs: 1 and the largest batch the service will run (a fixed batch: only that).
+
+        The largest is ``max_batch`` even with batching: one request of more than ``batch_max_size`` examples runs alone.
+        """
         model = model or self.model
         if model.fixed_batch:
             return (model.fixed_batch,)
-        return (1, self.settings.batch_max_size if self.settings.batching else min(self.contract.max_batch, 8))
+        largest = max(self.contract.max_batch, self.settings.batch_max_size if self.settings.batching else 1)
+        return tuple(sorted({1, largest}))
 
     async def warm_up_failure(self, version: routing.Version) -> str | None:
         """Run ``version`` on zeros at every warm-up size; why it failed, or None.
