@@ -84,6 +84,14 @@ def test_an_explicit_body_limit_wins_and_a_free_shape_falls_back_to_1_mib():
     assert edge.body_limit(free) == edge.FREE_SHAPE_BODY_BYTES
 
 
+def test_the_derived_body_limit_is_capped_at_16_mib_and_an_explicit_one_may_exceed_it():
+    contract = _app().state.service.contract
+    imagenet = dataclasses.replace(contract, example_shape=(3, 224, 224))  # max_batch 64: 462 MB derived without the cap
+    assert edge.body_limit(imagenet) == edge.DERIVED_BODY_BYTES_CAP == 16 * 1024 * 1024
+    explicit = Settings(max_body_bytes=64 * 1024 * 1024)
+    assert edge.with_body_limit(explicit, imagenet).max_body_bytes == 64 * 1024 * 1024
+
+
 # ---------------------------------------------------------------- parsing off the event loop
 
 

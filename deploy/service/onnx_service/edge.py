@@ -32,9 +32,10 @@ from .text import EXCERPT_CHARS, excerpt
 from .validation import RequestError
 
 PROBES = {"/health", "/ready", "/metrics"}  # never refused for load: an orchestrator must see the process answer
-BYTES_PER_VALUE = 48  # 24-character float64 reprs pretty-printed (indent=2) take 38 per value for [n, 1, 8, 8]: margin
+BYTES_PER_VALUE = 48  # 24-character float64 reprs pretty-printed (indent=2) take 39 per value for [n, 1, 8, 8]: margin
 ENVELOPE_BYTES = 16_384  # the object around the values, and a routing document for PUT /admin/routing
 FREE_SHAPE_BODY_BYTES = 1_048_576  # a model with free non-batch dimensions: no largest request to derive a limit from
+DERIVED_BODY_BYTES_CAP = 16_777_216  # 16 MiB: 64 x [3, 224, 224] would derive 462 MB per request; an explicit MAX_BODY_BYTES may exceed it
 RETRY_AFTER_SECONDS = 1
 INLINE_PARSE_BYTES = 4096  # parsed on the event loop: 0.2-0.4 ms even for junk, while a hop to a thread costs about 0.08 ms
 _PARSE_LANE: RunVar[anyio.CapacityLimiter] = RunVar("onnx_service_parse_lane")  # one per event loop
@@ -42,11 +43,11 @@ ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 422: "invalid_reques
 
 
 def body_limit(contract: InputContract) -> int:
-    """The largest body a valid request can need (``max_batch`` examples, every value written long), with margin."""
+    """The largest body a valid request can need (``max_batch`` examples, every value written long), with margin, at most DERIVED_BODY_BYTES_CAP."""
     if None in contract.example_shape:
         return FREE_SHAPE_BODY_BYTES
     values = contract.max_batch * int(np.prod(contract.example_shape, dtype=np.int64))
-    return values * BYTES_PER_VALUE + ENVELOPE_BYTES
+    return min(values * BYTES_PER_VALUE + ENVELOPE_BYTES, DERIVED_BODY_BYTES_CAP)
 
 
 def with_body_limit(settings: Settings, contract: InputContract) -> Settings:
