@@ -257,6 +257,23 @@ def test_q3_rejects_a_rounded_rate_and_a_hard_coded_list_of_error_statuses():
         assert "the error rate is 0.428571" in outcome.message or "the error rate is 0.4," in outcome.message, outcome.message
 
 
+def test_q3_rejects_a_list_of_error_statuses_that_misses_408_415_and_503():
+    from labsupport.topics.serving import parse_metrics
+
+    def the_five_statuses_of_the_review(text):  # 400, 413, 422, 499, 500: a body too slow (408), a gzip body (415), overload (503) missed
+        counts = {
+            dict(labels)["status"]: value
+            for (name, labels), value in parse_metrics(text).items()
+            if name == "onnx_service_requests_total" and dict(labels)["path"] == "/predict"
+        }
+        total = sum(counts.values())
+        return sum(v for s, v in counts.items() if int(s) in {400, 413, 422, 499, 500}) / total if total else 0.0
+
+    outcome = q3.evaluate(the_five_statuses_of_the_review)
+    assert outcome.status == "incorrect" and "the error rate is 0.5," in outcome.message, outcome.message
+    assert q3.evaluate(q3.reference_answer()).status == "correct"
+
+
 def test_q2_rejects_a_short_sleep_on_the_loop_whatever_the_machine_load():
     import asyncio
     import time
