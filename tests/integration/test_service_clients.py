@@ -283,7 +283,8 @@ def test_a_full_queue_answers_503_with_retry_after_at_once_and_the_queued_reques
 
 
 def _serve_in_a_thread(app) -> tuple[uvicorn.Server, threading.Thread, str]:
-    """uvicorn on 127.0.0.1 (any free port) in a thread; ``server.should_exit = True`` starts its graceful shutdown, as SIGTERM does."""
+    """uvicorn on 127.0.0.1 (any free port) in a thread, once the service is warm; ``server.should_exit = True`` starts its
+    graceful shutdown, as SIGTERM does."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     config = uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=60)
@@ -295,6 +296,8 @@ def _serve_in_a_thread(app) -> tuple[uvicorn.Server, threading.Thread, str]:
             break
         thread.join(0.01)
     assert server.started, "uvicorn did not start"
+    # started is not warm: the warm-up runs in a task of its own, and a test that holds the model must not hold them
+    asyncio.run(until(lambda: app.state.service.readiness() is None, "the service finished its warm-up"))
     return server, thread, f"http://127.0.0.1:{listener.getsockname()[1]}"
 
 
