@@ -39,6 +39,7 @@ from labsupport.onnxutil.sessions import open_session
 CNN_INT8_NAME = "digits_cnn_int8.onnx"
 CALIBRATION_BATCH = 20  # 180 calibration images = 9 equal batches (histogram calibrators need equal batches)
 REDUCE_RANGE = True  # 7-bit weights: no U8xS8 saturation on x86 CPUs without VNNI (ORT's quantization guide)
+log = logging.getLogger(__name__)
 AA_NAME = "FP32 again (A/A)"  # the FP32 file measured a second time: its latency ratio is pure timing noise
 
 # ops whose presence means "this node computes in integers" (QOperator / dynamic / weight-only formats)
@@ -226,12 +227,16 @@ def make_int4(src: str | Path, dst: str | Path, *, block_size: int = 32) -> Path
 def make_fp16(src: str | Path, dst: str | Path) -> Path:
     """FP16 weights and compute with FP32 inputs/outputs (onnxconverter-common's float16 converter); returns ``dst`` (notebook 06).
 
-    The converter's warnings are let through: it warns when it clamps a weight into FP16's safe range (below 1e-7 or
-    from 1e4 on, its defaults).
+    The converter warns when it clamps a value into FP16's safe range (below 1e-7 or from 1e4 on, its defaults): those
+    warnings are reported, counted, through this module's logger (a Python warning would print the converter's path).
     """
     from onnxconverter_common import float16
 
-    onnx.save(float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True), str(dst))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        onnx.save(float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True), str(dst))
+    if caught:
+        log.warning("FP16 conversion of %s: %d converter warning(s), e.g. %s", Path(src).name, len(caught), caught[0].message)
     return Path(dst)
 
 
