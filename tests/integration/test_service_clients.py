@@ -136,7 +136,9 @@ def test_a_request_the_model_refuses_fails_alone_in_both_modes(mode):
     assert [answer.status_code for answer in answers] == [200, 200, 422, 200], [answer.text for answer in answers]
     assert [answers[i].json()["predictions"] for i in (0, 1, 3)] == [[1], [5], [3]]
     assert answers[2].json()["error"] == "model_refused_input" and "idx=5000" in answers[2].json()["detail"]
-    assert session.runs == [[1], [5], [3]]  # batching: the merged run [5, 5000, 3] failed, each request then ran alone
+    # batching: the merged run [5, 5000, 3] failed, each request then ran alone; which queued request gets the freed slot
+    # first is the scheduler's choice in threadpool mode, so the runs are compared in any order after the held one
+    assert session.runs[0] == [1] and sorted(session.runs[1:]) == [[3], [5]], session.runs
 
 
 def _leaving_client(app, body: dict | bytes, leave: asyncio.Event) -> asyncio.Task:
