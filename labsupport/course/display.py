@@ -84,12 +84,12 @@ def table(rows: Sequence[dict[str, object]], index: str | None = None):
 
 
 def format_bytes(size: int) -> str:
-    """``1536`` -> ``"1.5 KB"`` (1 KB = 1024 bytes; one decimal, stable for notebook outputs). Notebook 01."""
+    """``1536`` -> ``"1.5 KiB"``: binary units (1 KiB = 1024 bytes, 1 GiB = 1024**3), one decimal. Notebook 01."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ValueError(f"size must be a whole number of bytes >= 0, got {size!r}")
     value = float(size)
-    for unit in ("B", "KB", "MB"):
+    for unit in ("B", "KiB", "MiB"):
         if value < 1024:
             return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    return f"{value:.1f} GB"
+    return f"{value:.1f} GiB"

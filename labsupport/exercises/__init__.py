@@ -67,6 +67,7 @@ class _Placeholder:
 
 
 ____ = _Placeholder()
+PLACEHOLDER = ____  # notebooks import it as ____: `from labsupport.exercises import PLACEHOLDER as ____`
 
 SOLUTIONS_VARIABLE = "ONNX_LAB_SOLUTIONS"
 _hidden_in_this_kernel = False
