@@ -1,9 +1,10 @@
-"""Generate the navigation that every notebook ends with, and the course map in notebook 00.
+"""Generate the navigation that every notebook ends with, the course map in notebook 00, and the reading times.
 
 The README's course map (between the course-map markers) is the single source: each notebook's
 last cell becomes "previous | course map | next", and notebook 00's cell tagged ``course-map``
-gets the same table. ``--check`` changes nothing and exits 1 if a notebook is out of date
-(tests/unit/test_consistency.py runs it).
+gets the same table. Each notebook's ``**Time:**`` line, the map's time column and the fast track
+(README and notebook 00) are computed by ``reading_time``'s rule. ``--check`` changes nothing and exits 1
+if a notebook or the README is out of date (tests/unit/test_consistency.py runs it).
 """
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ from pathlib import Path
 import nbformat
 
 from labsupport.course.paths import repo_root
+from labsupport.maintain.reading_time import TIME_LINE, ReadingTime, reading_time
 
 ROOT = repo_root()
 NOTEBOOKS = ROOT / "notebooks"
 MAP_START, MAP_END = "<!-- course-map:start -->", "<!-- course-map:end -->"
+TRACK_START, TRACK_END = "<!-- fast-track:start -->", "<!-- fast-track:end -->"
 NAV_TAG, MAP_TAG = "navigation", "course-map"
-ROW = re.compile(r"^\| (\d\d) \| \[([\w.]+)\]\(notebooks/[\w.]+\) \| (.+) \|$")
+ROW = re.compile(r"^\| (\d\d) \| \[([\w.]+)\]\(notebooks/[\w.]+\) \| (.+?) \|(?: [^|]* \|)?$")
+RULE_LINK = "../README.md#reading-times-and-the-fast-track"
+# shipping one model next week: how the course works, one converter, the runtime, the service
+FAST_TRACK_START, FAST_TRACK_CONVERTERS, FAST_TRACK_END = ["00"], ["02", "03", "04"], ["05", "08"]
 
 
 def course_map(readme: Path = ROOT / "README.md") -> list[tuple[str, str, str]]:
@@ -53,10 +59,56 @@ def navigation_text(entries: list[tuple[str, str, str]], index: int) -> str:
     return "---\n" + " | ".join(parts)
 
 
-def map_text(entries: list[tuple[str, str, str]]) -> str:
-    """The course-map table of notebook 00, linking each notebook."""
-    rows = [f"| {number} | [{name}]({name}) | {teaches} |" for number, name, teaches in entries]
-    return "\n".join(["| # | notebook | teaches |", "| --- | --- | --- |", *rows])
+def times() -> dict[str, ReadingTime]:
+    """Each notebook's reading time by its number, from the rule in ``reading_time``."""
+    return {number: reading_time(NOTEBOOKS / name) for number, name, _ in course_map() if (NOTEBOOKS / name).exists()}
+
+
+def map_text(entries: list[tuple[str, str, str]], known: dict[str, ReadingTime], prefix: str = "") -> str:
+    """The course-map table with the reading times (README: ``prefix="notebooks/"``; notebook 00: none)."""
+    rows = [
+        f"| {number} | [{name}]({prefix}{name}) | {teaches} | {known[number].first} / {known[number].full} |"
+        for number, name, teaches in entries
+    ]
+    header = ["| # | notebook | teaches | minutes: first reading / everything |", "| --- | --- | --- | --- |"]
+    return "\n".join([*header, *rows])
+
+
+def fast_track_text(entries: list[tuple[str, str, str]], known: dict[str, ReadingTime], prefix: str = "") -> str:
+    """The fast track through the course for someone shipping one model next week, with its time."""
+    names = {number: name for number, name, _ in entries}
+    fixed = sum(known[number].first for number in FAST_TRACK_START + FAST_TRACK_END)
+    converters = [known[number].first for number in FAST_TRACK_CONVERTERS]
+
+    def link(number: str) -> str:
+        return f"[{number}]({prefix}{names[number]})"
+
+    return (
+        f"**Fast track** (one model to ship next week): {link('00')}, then the converter of your framework "
+        f"({link('02')} PyTorch, {link('03')} Keras or {link('04')} scikit-learn), then {link('05')} (the runtime) and "
+        f"{link('08')} (the service), each as a first reading: the recipe at the top, the sections and the exercises, "
+        f"without the Going deeper parts. About {fixed + min(converters)}-{fixed + max(converters)} minutes. "
+        f"Add {link('06')} when the model must be smaller or faster, and come back to a Going deeper part when "
+        "your model meets the problem it describes."
+    )
+
+
+def time_line(time: ReadingTime) -> str:
+    """The ``**Time:**`` line of a notebook's opening cell."""
+    return f"**Time:** {time} ([how this is counted]({RULE_LINK}))."
+
+
+def readme_text(text: str, entries: list[tuple[str, str, str]], known: dict[str, ReadingTime]) -> str:
+    """The README's text with its course map and fast track regenerated."""
+    text = _between(text, MAP_START, MAP_END, map_text(entries, known, prefix="notebooks/"))
+    return _between(text, TRACK_START, TRACK_END, fast_track_text(entries, known, prefix="notebooks/"))
+
+
+def _between(text: str, start: str, end: str, block: str) -> str:
+    if start not in text or end not in text:
+        raise ValueError(f"README.md lacks the {start} ... {end} markers")
+    head, rest = text.split(start, 1)
+    return f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
 
 
 def _set_tagged_cell(notebook, tag: str, text: str, append: bool) -> bool:
@@ -71,16 +123,38 @@ def _set_tagged_cell(notebook, tag: str, text: str, append: bool) -> bool:
     return True
 
 
+def _set_time_line(notebook, time: ReadingTime, name: str) -> bool:
+    opening = notebook.cells[0]
+    if not TIME_LINE.search(opening.source):
+        raise ValueError(f"{name}: the opening cell has no '**Time:**' line")
+    text = TIME_LINE.sub(lambda _: time_line(time), opening.source, count=1)
+    changed = text != opening.source
+    opening.source = text
+    return changed
+
+
+def _sync_readme(entries: list[tuple[str, str, str]], known: dict[str, ReadingTime], check: bool) -> bool:
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    new = readme_text(text, entries, known)
+    if new != text and not check:
+        readme.write_text(new, encoding="utf-8")
+    return new != text
+
+
 def sync(check: bool = False) -> list[str]:
-    """Update (or, with check=True, only compare) every notebook; returns the names out of date."""
+    """Update (or, with check=True, only compare) every notebook and the README; returns the names out of date."""
     entries = [entry for entry in course_map() if (NOTEBOOKS / entry[1]).exists()]
-    stale = []
+    known = times()
+    stale = ["../README.md"] if _sync_readme(entries, known, check) else []
     for index, (number, name, _) in enumerate(entries):
         path = NOTEBOOKS / name
         notebook = nbformat.read(path, as_version=4)
         changed = _set_tagged_cell(notebook, NAV_TAG, navigation_text(entries, index), append=True)
+        changed |= _set_time_line(notebook, known[number], name)
         if number == "00":
-            changed |= _set_tagged_cell(notebook, MAP_TAG, map_text(course_map()), append=False)
+            overview = f"{map_text(entries, known)}\n\n{fast_track_text(entries, known)}"
+            changed |= _set_tagged_cell(notebook, MAP_TAG, overview, append=False)
         last = notebook.cells[-1]
         if NAV_TAG not in last.get("metadata", {}).get("tags", []):
             raise ValueError(f"{name}: the navigation cell must be the last cell")
