@@ -14,6 +14,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from docutils import nodes
+
 from labsupport.maintain import navigation, sitecheck
 
 project = "ONNX Lab"
@@ -48,6 +50,17 @@ def _page_source(app, docname: str, source: list[str]) -> None:
         source[0] = sitecheck.notebook_page(source[0])
 
 
+def _collapse_going_deeper(app, doctree) -> None:
+    """A notebook's "Going deeper" parts open collapsed on the site too, as in JupyterLab: their body in <details>."""
+    for section in doctree.findall(nodes.section):
+        title = section.next_node(nodes.title)
+        if title is None or not title.astext().startswith("Going deeper"):
+            continue
+        opening = '<details class="going-deeper"><summary>Show this part (a first reading can skip it)</summary>'
+        section.insert(section.index(title) + 1, nodes.raw("", opening, format="html"))
+        section.append(nodes.raw("", "</details>", format="html"))
+
+
 def _launch(app) -> sitecheck.Launch:
     return sitecheck.Launch(app.config.onnx_lab_repository, app.config.onnx_lab_branch, app.config.onnx_lab_hub_url)
 
@@ -72,6 +85,7 @@ def setup(app):
     app.add_config_value("onnx_lab_branch", defaults.branch, "html", str)
     app.add_config_value("onnx_lab_hub_url", defaults.hub, "html", str)
     app.connect("source-read", _page_source)
+    app.connect("doctree-read", _collapse_going_deeper)
     app.connect("html-page-context", _launch_bar)
     app.connect("build-finished", _copy_notebooks, priority=400)  # before the check (500) that follows the links
     app.connect("build-finished", sitecheck.check_built_site)

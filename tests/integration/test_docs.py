@@ -92,6 +92,18 @@ def test_each_notebook_page_runs_downloads_and_shows_its_notebook_without_test_m
     assert any("NBVAL_IGNORE_OUTPUT" in (ROOT / "notebooks" / name).read_text() for name in NOTEBOOKS), "the notebooks do hold markers"
 
 
+def test_going_deeper_parts_are_collapsed_on_the_site(site):
+    parts = {
+        name: sum("".join(cell["source"]).lstrip("# ").startswith("Going deeper") for cell in _notebook(name)["cells"])
+        for name in NOTEBOOKS
+    }
+    assert sum(parts.values()) > 0, "no notebook has a Going deeper part"
+    for name, count in parts.items():
+        page = (site / "notebooks" / name.replace(".ipynb", ".html")).read_text(encoding="utf-8")
+        assert page.count('<details class="going-deeper">') == count, name
+        assert page.count("</details>") >= count, name
+
+
 def test_landing_page_drops_remote_pictures_and_adds_the_course_map():
     readme = "# ONNX Lab\n\n[![Binder](https://example.org/badge.svg)](https://example.org/launch)\n![plot](https://example.org/p.png)\n"
     page = sitecheck.landing_page(readme, [("00", "00_start_here.ipynb", "x"), ("01", "01_graphs_by_hand.ipynb", "y")])
