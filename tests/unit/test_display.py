@@ -49,7 +49,8 @@ def test_table():
 
 
 @pytest.mark.parametrize(
-    ("size", "text"), [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (5 * 1024**2, "5.0 MiB"), (3 * 1024**3, "3.0 GiB")]
+    ("size", "text"),
+    [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (5 * 1024**2, "5.0 MiB"), (3 * 1024**3, "3.0 GiB")],
 )
 def test_format_bytes_picks_the_unit(size, text):
     assert display.format_bytes(size) == text
