@@ -1,4 +1,4 @@
-"""Exercises of notebook 06: typical wrong answers fail (the reference solutions pass in test_exercises_api.py)."""
+"""Exercises of notebook 06: typical wrong answers fail (the reference solutions pass in test_all_exercises.py)."""
 
 from __future__ import annotations
 
