@@ -32,7 +32,7 @@ def test_q1_rejects_answers_that_never_ask_a_session(wrong):
 
 
 def test_q1_rejects_a_constant_cpu_answer_even_where_only_the_cpu_is_available(monkeypatch):
-    monkeypatch.setattr(nb05, "_other_available_provider", lambda: None)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])  # a build without Azure's
     outcome = nb05.q1.evaluate(lambda path, providers: "CPUExecutionProvider")
     assert outcome.status == "incorrect" and (
         "never opened a session" in outcome.message or "without calling get_providers()" in outcome.message
@@ -40,12 +40,9 @@ def test_q1_rejects_a_constant_cpu_answer_even_where_only_the_cpu_is_available(m
     assert nb05.q1.evaluate(nb05.q1.reference_answer()).status == "correct"
 
 
-def test_q1_case_lists_put_a_provider_first_that_the_session_does_not_use():
-    lists = nb05._priority_lists()
-    missing = nb05._unavailable_provider()
-    assert lists[0] == [missing, "CPUExecutionProvider"] and lists[1][0] == "CPUExecutionProvider"
-    if "AzureExecutionProvider" in ort.get_available_providers():  # every PyPI build: a non-CPU primary provider
-        assert ["AzureExecutionProvider", "CPUExecutionProvider"] in lists
+def test_q1_rejects_the_first_wish_and_says_that_it_is_not_available_here():
+    outcome = nb05.q1.evaluate(lambda path, providers: providers[0] if isinstance(providers[0], str) else providers[0][0])
+    assert outcome.status == "incorrect" and "not available here" in outcome.message, outcome.message
 
 
 def _longest_single_call(path):
@@ -136,8 +133,18 @@ def test_q1_rejects_answers_that_filter_the_wish_list_instead_of_asking_the_sess
     assert outcome.status == "incorrect" and ("without calling get_providers()" in outcome.message or "primary provider" in outcome.message)
 
 
-def test_q1_lists_hold_name_and_options_pairs_and_accept_the_helper():
-    assert any(isinstance(entry, tuple) for providers in nb05._priority_lists() for entry in providers)
+def _names_only(path, providers):
+    """Asks a session, but drops the (name, options) pairs of the list first."""
+    return ort.InferenceSession(path, providers=[entry for entry in providers if isinstance(entry, str)]).get_providers()[0]
+
+
+@pytest.mark.skipif("AzureExecutionProvider" not in ort.get_available_providers(), reason="needs a second available provider")
+def test_q1_rejects_an_answer_that_drops_name_and_options_pairs():
+    outcome = nb05.q1.evaluate(_names_only)
+    assert outcome.status == "incorrect" and "('AzureExecutionProvider', {})" in outcome.message, outcome.message
+
+
+def test_q1_accepts_the_course_helper():
     from labsupport.onnxutil.sessions import open_with_choice
 
     assert nb05.q1.evaluate(lambda path, providers: open_with_choice(path, providers)[1].primary).status == "correct"
@@ -327,13 +334,6 @@ def test_q1_rejects_answers_that_skip_from_a_failed_wish_to_the_cpu(wrong, says)
     assert outcome.status == "incorrect" and says in outcome.message and "AzureExecutionProvider" in outcome.message
 
 
-@pytest.mark.skipif("AzureExecutionProvider" not in ort.get_available_providers(), reason="needs a second available provider")
-def test_q1_lists_put_the_primary_provider_in_the_middle():
-    middle = [nb05._unavailable_provider(), "AzureExecutionProvider", "CPUExecutionProvider"]
-    lists = nb05._priority_lists()
-    assert middle in lists and [(name, {}) for name in middle] in lists
-
-
 @pytest.mark.parametrize(
     "wrong",
     [_filter_with_imported_name, _filter_with_module_level_import, _filter_with_capi],
@@ -345,20 +345,13 @@ def test_q1_rejects_the_wish_filter_through_any_binding_of_get_available_provide
     assert ort.get_available_providers is _imported_get_available_providers  # every binding restored
 
 
-def test_q1_listed_provider_is_hidden_from_sessions_only():
-    missing = nb05._unavailable_provider()
+def test_q1_leaves_get_available_providers_as_it_found_it():
+    from onnxruntime.capi import _pybind_state
 
-    def peek(path, providers):
-        return ort.get_available_providers()
-
-    with nb05._listed_as_available(missing, peek):
-        assert ort.get_available_providers()[0] == missing
-        from onnxruntime.capi import _pybind_state
-
-        assert _pybind_state.get_available_providers()[0] == missing
-        session = ort.InferenceSession(str(_digits_cnn()), providers=[missing, "CPUExecutionProvider"])
-        assert session.get_providers() == ["CPUExecutionProvider"]
-    assert missing not in ort.get_available_providers()
+    before = ort.get_available_providers()
+    assert nb05.q1.evaluate(_filter_with_capi).status == "incorrect"
+    assert nb05.q1.evaluate(nb05.q1.reference_answer()).status == "correct"
+    assert ort.get_available_providers() == before and _pybind_state.get_available_providers is ort.get_available_providers
 
 
 def _digits_cnn():
