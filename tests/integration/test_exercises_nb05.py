@@ -116,7 +116,7 @@ def test_q3_rejects_options_without_the_fallback_switch_or_one_thread():
 
 
 def _first_available_wish(path, providers):
-    """Opens a session (to pass the not-a-model probe) but answers from the wish list: the reviewed bypass."""
+    """Opens a session (so a file that is not a model fails) but answers from the wish list."""
     ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     names = [entry[0] if isinstance(entry, tuple) else entry for entry in providers]
     return next(name for name in names if name in ort.get_available_providers())
@@ -418,7 +418,7 @@ def test_q2_count_message_only_for_the_op_that_runs_most_often():
 
 
 def _defensive(path, providers):
-    """Right for every model, but turns ORT's refusal of a broken file into a provider name (review 4)."""
+    """Right for every model, but turns ORT's refusal of a broken file into a provider name."""
     try:
         return ort.InferenceSession(path, providers=providers).get_providers()[0]
     except Exception:
