@@ -15,6 +15,7 @@ folders means one module tested both ways. A file that checks a rule across modu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -120,3 +122,16 @@ def jupyterlab(tmp_path) -> Iterator[Callable[..., LabServer]]:
     for server in servers:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.fixture
+def in_process() -> Iterator[Callable[[Any], Any]]:
+    """``in_process(app)``: FastAPI's TestClient on ``app``, its lifespan started, closed after the test.
+
+    The one client of in-process service tests (no socket): an exception inside the app is answered as the bare 500
+    a real client gets (``raise_server_exceptions=False``), not raised into the test.
+    """
+    from fastapi.testclient import TestClient
+
+    with contextlib.ExitStack() as clients:
+        yield lambda app: clients.enter_context(TestClient(app, raise_server_exceptions=False))
