@@ -7,7 +7,8 @@ must have installed it, and skips it elsewhere with the reason: use the ``prereq
 Test files are named after what they test. A file that tests one module is ``test_<module>.py``, with the
 subpackage in front where the module's name alone could mean another (``test_bench_quantization.py`` for
 labsupport/bench/quantization.py beside ``test_quantization.py`` for topics/quantization.py) or says little
-(``test_exercises_nb05.py``, ``test_exercises_checks.py``). tests/unit holds what runs in seconds without ports,
+(``test_exercises_nb05.py``, ``test_exercises_checks.py``); onnx_service's modules take ``service``
+(``test_service_validation.py``). tests/unit holds what runs in seconds without ports,
 training or artifacts/ (tests/unit/conftest.py enforces it), tests/integration the rest; one name in both
 folders means one module tested both ways. A file that checks a rule across modules is named after the rule
 (``test_layers.py``, ``test_all_exercises.py``).
