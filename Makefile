@@ -37,7 +37,7 @@ KERNEL_VARIANTS := u8u8 qdq-float no-layout
 LOADED_NOTEBOOKS := $(addprefix notebooks/,05_runtime_and_providers.ipynb 06_quantization.ipynb 07_graph_optimization.ipynb \
   08_deploy_service.ipynb 11_transformers_and_llms.ipynb 12_hugging_face_transformers.ipynb 13_model_lifecycle.ipynb)
 LOADED_TESTS := tests/unit $(wildcard tests/integration/test_service*.py) $(addprefix tests/integration/,test_runtime_bench.py \
-  test_quantization_bench.py test_lifecycle.py test_hub.py test_jupyterlab.py test_node.py test_web.py)
+  test_bench_quantization.py test_lifecycle.py test_hub.py test_jupyterlab.py test_node.py test_web.py)
 
 .PHONY: lab test test-loaded lint unit portability ort-headers test-latest bench doctor reinstall nav js-deps web serve docs docs-serve student hub clean help
 
@@ -180,5 +180,5 @@ test-latest:
 	@ONNX_LAB_UNPINNED=1 $(LATEST)/bin/python -m pytest --nbval-lax $(PYTEST_ARGS)
 
 clean:
-	rm -rf artifacts .pytest_cache
+	rm -rf artifacts build/pytest-cache
 	find . -name __pycache__ -type d -prune -not -path './.venv*' -exec rm -rf {} +

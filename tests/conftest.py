@@ -3,10 +3,20 @@
 A missing prerequisite (a program, an npm package, a browser) fails a test in CI, where `.ci/run`
 must have installed it, and skips it elsewhere with the reason: use the ``prerequisite`` and
 ``require_tool`` fixtures instead of writing that rule again.
+
+Test files are named after what they test. A file that tests one module is ``test_<module>.py``, with the
+subpackage in front where the module's name alone could mean another (``test_bench_quantization.py`` for
+labsupport/bench/quantization.py beside ``test_quantization.py`` for topics/quantization.py) or says little
+(``test_exercises_nb05.py``, ``test_exercises_checks.py``); onnx_service's modules take ``service``
+(``test_service_validation.py``). tests/unit holds what runs in seconds without ports,
+training or artifacts/ (tests/unit/conftest.py enforces it), tests/integration the rest; one name in both
+folders means one module tested both ways. A file that checks a rule across modules is named after the rule
+(``test_layers.py``, ``test_all_exercises.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,6 +26,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -112,3 +123,16 @@ def jupyterlab(tmp_path) -> Iterator[Callable[..., LabServer]]:
     for server in servers:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.fixture
+def in_process() -> Iterator[Callable[[Any], Any]]:
+    """``in_process(app)``: FastAPI's TestClient on ``app``, its lifespan started, closed after the test.
+
+    The one client of in-process service tests (no socket): an exception inside the app is answered as the bare 500
+    a real client gets (``raise_server_exceptions=False``), not raised into the test.
+    """
+    from fastapi.testclient import TestClient
+
+    with contextlib.ExitStack() as clients:
+        yield lambda app: clients.enter_context(TestClient(app, raise_server_exceptions=False))

@@ -32,7 +32,7 @@ def test_q1_rejects_answers_that_never_ask_a_session(wrong):
 
 
 def test_q1_rejects_a_constant_cpu_answer_even_where_only_the_cpu_is_available(monkeypatch):
-    monkeypatch.setattr(nb05, "_other_available_provider", lambda: None)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])  # a build without Azure's
     outcome = nb05.q1.evaluate(lambda path, providers: "CPUExecutionProvider")
     assert outcome.status == "incorrect" and (
         "never opened a session" in outcome.message or "without calling get_providers()" in outcome.message
@@ -40,12 +40,9 @@ def test_q1_rejects_a_constant_cpu_answer_even_where_only_the_cpu_is_available(m
     assert nb05.q1.evaluate(nb05.q1.reference_answer()).status == "correct"
 
 
-def test_q1_case_lists_put_a_provider_first_that_the_session_does_not_use():
-    lists = nb05._priority_lists()
-    missing = nb05._unavailable_provider()
-    assert lists[0] == [missing, "CPUExecutionProvider"] and lists[1][0] == "CPUExecutionProvider"
-    if "AzureExecutionProvider" in ort.get_available_providers():  # every PyPI build: a non-CPU primary provider
-        assert ["AzureExecutionProvider", "CPUExecutionProvider"] in lists
+def test_q1_rejects_the_first_wish_and_says_that_it_is_not_available_here():
+    outcome = nb05.q1.evaluate(lambda path, providers: providers[0] if isinstance(providers[0], str) else providers[0][0])
+    assert outcome.status == "incorrect" and "not available here" in outcome.message, outcome.message
 
 
 def _longest_single_call(path):
@@ -119,7 +116,7 @@ def test_q3_rejects_options_without_the_fallback_switch_or_one_thread():
 
 
 def _first_available_wish(path, providers):
-    """Opens a session (to pass the not-a-model probe) but answers from the wish list: the reviewed bypass."""
+    """Opens a session (so a file that is not a model fails) but answers from the wish list."""
     ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     names = [entry[0] if isinstance(entry, tuple) else entry for entry in providers]
     return next(name for name in names if name in ort.get_available_providers())
@@ -136,8 +133,18 @@ def test_q1_rejects_answers_that_filter_the_wish_list_instead_of_asking_the_sess
     assert outcome.status == "incorrect" and ("without calling get_providers()" in outcome.message or "primary provider" in outcome.message)
 
 
-def test_q1_lists_hold_name_and_options_pairs_and_accept_the_helper():
-    assert any(isinstance(entry, tuple) for providers in nb05._priority_lists() for entry in providers)
+def _names_only(path, providers):
+    """Asks a session, but drops the (name, options) pairs of the list first."""
+    return ort.InferenceSession(path, providers=[entry for entry in providers if isinstance(entry, str)]).get_providers()[0]
+
+
+@pytest.mark.skipif("AzureExecutionProvider" not in ort.get_available_providers(), reason="needs a second available provider")
+def test_q1_rejects_an_answer_that_drops_name_and_options_pairs():
+    outcome = nb05.q1.evaluate(_names_only)
+    assert outcome.status == "incorrect" and "('AzureExecutionProvider', {})" in outcome.message, outcome.message
+
+
+def test_q1_accepts_the_course_helper():
     from labsupport.onnxutil.sessions import open_with_choice
 
     assert nb05.q1.evaluate(lambda path, providers: open_with_choice(path, providers)[1].primary).status == "correct"
@@ -327,13 +334,6 @@ def test_q1_rejects_answers_that_skip_from_a_failed_wish_to_the_cpu(wrong, says)
     assert outcome.status == "incorrect" and says in outcome.message and "AzureExecutionProvider" in outcome.message
 
 
-@pytest.mark.skipif("AzureExecutionProvider" not in ort.get_available_providers(), reason="needs a second available provider")
-def test_q1_lists_put_the_primary_provider_in_the_middle():
-    middle = [nb05._unavailable_provider(), "AzureExecutionProvider", "CPUExecutionProvider"]
-    lists = nb05._priority_lists()
-    assert middle in lists and [(name, {}) for name in middle] in lists
-
-
 @pytest.mark.parametrize(
     "wrong",
     [_filter_with_imported_name, _filter_with_module_level_import, _filter_with_capi],
@@ -345,20 +345,13 @@ def test_q1_rejects_the_wish_filter_through_any_binding_of_get_available_provide
     assert ort.get_available_providers is _imported_get_available_providers  # every binding restored
 
 
-def test_q1_listed_provider_is_hidden_from_sessions_only():
-    missing = nb05._unavailable_provider()
+def test_q1_leaves_get_available_providers_as_it_found_it():
+    from onnxruntime.capi import _pybind_state
 
-    def peek(path, providers):
-        return ort.get_available_providers()
-
-    with nb05._listed_as_available(missing, peek):
-        assert ort.get_available_providers()[0] == missing
-        from onnxruntime.capi import _pybind_state
-
-        assert _pybind_state.get_available_providers()[0] == missing
-        session = ort.InferenceSession(str(_digits_cnn()), providers=[missing, "CPUExecutionProvider"])
-        assert session.get_providers() == ["CPUExecutionProvider"]
-    assert missing not in ort.get_available_providers()
+    before = ort.get_available_providers()
+    assert nb05.q1.evaluate(_filter_with_capi).status == "incorrect"
+    assert nb05.q1.evaluate(nb05.q1.reference_answer()).status == "correct"
+    assert ort.get_available_providers() == before and _pybind_state.get_available_providers is ort.get_available_providers
 
 
 def _digits_cnn():
@@ -395,8 +388,9 @@ def test_q1_rejects_trusting_the_warnings_of_ort():
     assert outcome.status == "incorrect" and "the package's list is not the session's" in outcome.message, outcome.message
 
 
-def test_q3_accepts_only_the_fallback_refusal_as_the_failure():
-    assert nb05._FALLBACK_REFUSAL in str(_fallback_refusal())
+def test_q3_accepts_the_reference_because_ort_refuses_the_fallback():
+    assert "fallback to CPU EP has been explicitly disabled" in str(_fallback_refusal())
+    assert nb05.q3.evaluate(nb05.q3.reference_answer()).status == "correct"
 
 
 def _fallback_refusal():
@@ -421,11 +415,10 @@ def test_q2_count_message_only_for_the_op_that_runs_most_often():
 
     outcome = nb05.q2.evaluate(start_times)
     assert outcome.status == "incorrect" and "'ts'" in outcome.message and "'dur'" in outcome.message
-    assert all(nb05._most_called([kernel for run in trace for kernel in run]) == "Relu" for trace in (nb05._TRACE_A, nb05._TRACE_B))
 
 
 def _defensive(path, providers):
-    """Right for every model, but turns ORT's refusal of a broken file into a provider name (review 4)."""
+    """Right for every model, but turns ORT's refusal of a broken file into a provider name."""
     try:
         return ort.InferenceSession(path, providers=providers).get_providers()[0]
     except Exception:
@@ -488,7 +481,7 @@ def _per_run_statistic(statistic):
 
 
 def _total_first_run_included(path):
-    """The old exercise's answer (review 4): the statistic that a cold first run or an interrupted one decides."""
+    """The total over all runs: the statistic that a cold first run or an interrupted one decides."""
     return max(_op_times(_kernels(path)).items(), key=lambda item: item[1])[0]
 
 
@@ -549,11 +542,32 @@ def test_q2_rejects_other_per_run_statistics(wrong, says):
     assert outcome.status == "incorrect" and says in outcome.message, outcome.message
 
 
-def test_q2_every_shortcut_misses_the_answer_in_one_trace():
-    traces = (nb05._TRACE_A, nb05._TRACE_B, nb05._TRACE_C, nb05._TRACE_D)
-    answers = [nb05._shortcuts(trace) for trace in traces]
-    for shortcut in answers[0]:
-        assert any(answer[shortcut] != nb05._slowest_by_median_run(trace) for answer, trace in zip(answers, traces, strict=True)), shortcut
+def _mean_call(path):
+    calls = {}
+    for event in _kernels(path):
+        calls.setdefault(event["args"]["op_name"], []).append(event["dur"])
+    return max(calls, key=lambda op: statistics.mean(calls[op]))
+
+
+def _node_with_the_largest_median(path):
+    """The median per run taken per node, not per op type (which adds up its nodes)."""
+    runs = _runs(path)
+    per_node = {}
+    for number, run in enumerate(runs):
+        for event in run:
+            times = per_node.setdefault((event["name"], event["args"]["op_name"]), [0] * len(runs))
+            times[number] += event["dur"]
+    return max(per_node, key=lambda node: statistics.median(per_node[node]))[1]
+
+
+@pytest.mark.parametrize(
+    ("wrong", "says"),
+    [(_mean_call, "the mean call"), (_node_with_the_largest_median, "the node with the largest median")],
+    ids=["mean call", "node, not op type"],
+)
+def test_q2_rejects_the_remaining_shortcuts_by_name(wrong, says):
+    outcome = nb05.q2.evaluate(wrong)
+    assert outcome.status == "incorrect" and says in outcome.message, outcome.message
 
 
 def _options(value="1", key="session.disable_cpu_ep_fallback", intra=1, inter=0):

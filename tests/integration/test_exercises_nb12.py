@@ -1,4 +1,4 @@
-"""Exercises of notebook 12: typical wrong answers fail (the reference solutions pass in tests/integration/test_exercises_api.py)."""
+"""Exercises of notebook 12: typical wrong answers fail (the reference solutions pass in tests/integration/test_all_exercises.py)."""
 
 import numpy as np
 import onnx

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import socket
 from urllib.parse import urlsplit
@@ -21,9 +19,7 @@ from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.models.heavy_classifier import write_heavy_classifier
 from labsupport.topics import edge, serving
 from onnx_service import config as svc_config
-from onnx_service import metrics as svc_metrics
 from onnx_service import model as svc_model
-from onnx_service import validation as svc_validation
 from onnx_service.app import create_app
 
 MAX_BATCH = 64
@@ -142,89 +138,20 @@ def test_docs_page_renders_predict_in_a_browser_without_internet(service, requir
 # ---------------------------------------------------------------- bad input
 
 GOOD = np.zeros((1, 8, 8)).tolist()
-BAD_REQUESTS = [
-    # (case, request kwargs, status, error code, regex the message must contain)
-    ("wrong shape", {"json": {"inputs": [[0.0] * 64]}}, 422, "wrong_shape", r"shape \[1, 64\].*expected.*\[1, 8, 8\]"),
-    ("wrong inner shape", {"json": {"inputs": [np.zeros((1, 8, 7)).tolist()]}}, 422, "wrong_shape", r"\[1, 8, 7\].*expected \[1, 8, 8\]"),
-    ("ragged rows", {"json": {"inputs": [[[0.0] * 8] * 7 + [[0.0] * 3]]}}, 422, "wrong_shape", r"different lengths"),
-    ("text values", {"json": {"inputs": [[["a"] * 8] * 8]}}, 422, "wrong_type", r"contains text.*numbers"),
-    ("null values", {"json": {"inputs": [[[None] * 8] * 8]}}, 422, "wrong_type", r"null.*numbers"),
-    ("booleans", {"json": {"inputs": [[[True] * 8] * 8]}}, 422, "wrong_type", r"true/false"),
-    (
-        "a boolean among numbers",
-        {"json": {"inputs": [[[0.5] * 8] * 7 + [[0.5] * 3 + [False] + [0.5] * 4]]}},
-        422,
-        "wrong_type",
-        r"inputs\[0\]\[7\]\[3\] is true/false; expected numbers \(float32\)",
-    ),
-    (
-        "NaN",
-        {"content": b'{"inputs": [[[NaN, 0, 0, 0, 0, 0, 0, 0]' + b", [0, 0, 0, 0, 0, 0, 0, 0]" * 7 + b"]]}"},
-        422,
-        "not_finite",
-        r"NaN.*finite",
-    ),
-    ("Infinity", {"content": json.dumps({"inputs": GOOD}).replace("0.0", "Infinity", 1).encode()}, 422, "not_finite", r"Infinity.*finite"),
-    (
-        "float32 overflow",
-        {"json": {"inputs": [[[1e300] + [0.0] * 7] + [[0.0] * 8] * 7]}},
-        422,
-        "not_finite",
-        r"inputs\[0\]\[0\]\[0\] is not a finite float32",
-    ),
-    ("empty batch", {"json": {"inputs": []}}, 422, "empty_batch", r"empty.*at least one example"),
-    (
-        "batch too large",
-        {"json": {"inputs": [GOOD] * (MAX_BATCH + 1)}},
-        422,
-        "batch_too_large",
-        rf"{MAX_BATCH + 1} examples exceeds the maximum of {MAX_BATCH}",
-    ),
-    ("missing field", {"json": {"images": [GOOD]}}, 422, "missing_field", r"missing field 'inputs'.*'images'"),
-    ("not an object", {"json": [GOOD]}, 422, "wrong_type", r"expected a JSON object"),
-    (
-        "non-JSON body",
-        {"content": b"inputs=1,2,3", "headers": {"content-type": "application/json"}},
-        400,
-        "invalid_json",
-        r"not valid JSON",
-    ),
-    ("empty body", {"content": b"", "headers": {"content-type": "application/json"}}, 400, "invalid_json", r"body is empty"),
-    (
-        "oversized body",
-        {"content": b"[" + b"0," * MAX_BODY + b"0]", "headers": {"content-type": "application/json"}},
-        413,
-        "body_too_large",
-        rf"maximum is {MAX_BODY} bytes",
-    ),
-    (
-        "wrong content type",
-        {"content": b"{}", "headers": {"content-type": "text/plain"}},
-        415,
-        "unsupported_media_type",
-        r"application/json.*text/plain",
-    ),
+JSON = {"content-type": "application/json"}
+# one bad request per status over real HTTP; the whole table runs in-process in tests/unit/test_service_validation.py
+BAD_OVER_HTTP = [
+    ({"json": {"inputs": [[0.0] * 64]}}, 422, "wrong_shape"),
+    ({"content": b"inputs=1,2,3", "headers": JSON}, 400, "invalid_json"),
+    ({"content": b"[" + b"0," * MAX_BODY + b"0]", "headers": JSON}, 413, "body_too_large"),
+    ({"content": b"{}", "headers": {"content-type": "text/plain"}}, 415, "unsupported_media_type"),
 ]
 
 
-@pytest.mark.parametrize(("case", "request_kwargs", "status", "code", "message"), BAD_REQUESTS, ids=[row[0] for row in BAD_REQUESTS])
-def test_bad_input_gets_a_4xx_that_says_what_was_expected(client, case, request_kwargs, status, code, message):
-    kwargs = dict(request_kwargs)
-    if "content" in kwargs:
-        kwargs.setdefault("headers", {"content-type": "application/json"})
-    response = client.post("/predict", **kwargs)
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["error"] == code
-    assert re.search(message, body["detail"]), body["detail"]
-
-
-def test_server_still_correct_after_every_bad_input(client, service, digits_test, reference):
-    for _case, kwargs, status, _code, _message in BAD_REQUESTS:
-        kwargs = dict(kwargs)
-        if "content" in kwargs:
-            kwargs.setdefault("headers", {"content-type": "application/json"})
-        assert client.post("/predict", **kwargs).status_code == status
+def test_bad_input_over_http_gets_its_4xx_and_the_server_stays_correct(client, service, digits_test, reference):
+    for kwargs, status, code in BAD_OVER_HTTP:
+        response = client.post("/predict", **kwargs)
+        assert (response.status_code, response.json()["error"]) == (status, code), response.text
     assert service.running
     predictions, _ = _predict_all(client, digits_test.images[:120])
     assert predictions.tolist() == reference[:120].argmax(axis=1).tolist()
@@ -318,14 +245,12 @@ def test_a_model_name_the_version_header_cannot_carry_is_refused_at_start(model_
     assert result.returncode == 2 and "ONNX_SERVICE_MODEL_NAME" in result.stderr, result.stderr[-500:]
 
 
-def test_a_file_named_outside_the_header_alphabet_serves_under_a_sanitised_version_name(tmp_path, model_path):
-    from fastapi.testclient import TestClient
-
+def test_a_file_named_outside_the_header_alphabet_serves_under_a_sanitised_version_name(tmp_path, model_path, in_process):
     renamed = tmp_path / "\u6a21\u578b v2.onnx"  # a Chinese file name: the header and metric labels take A-Z a-z 0-9 . _ - only
     renamed.write_bytes(model_path.read_bytes())
-    with TestClient(create_app(svc_config.Settings.from_env({"ONNX_SERVICE_MODEL": str(renamed)}))) as http:
-        answer = http.post("/predict", json={"inputs": GOOD})
-        ready = http.get("/ready")
+    http = in_process(create_app(svc_config.Settings.from_env({"ONNX_SERVICE_MODEL": str(renamed)})))
+    answer = http.post("/predict", json={"inputs": GOOD})
+    ready = http.get("/ready")
     assert answer.status_code == 200 and answer.headers["x-model-version"] == "v2" and answer.json()["version"] == "v2"
     assert answer.json()["model"] == "\u6a21\u578b v2"  # the JSON body keeps the file's own name
     assert ready.status_code in (200, 503) and ready.json()["aliases"] == {"champion": "v2"}
@@ -357,55 +282,28 @@ def test_start_raises_with_the_service_message(tmp_path):
 # ---------------------------------------------------------------- in-process: errors, other classifiers
 
 
-class _InProcess:
-    """Calls an ASGI app in-process through httpx.ASGITransport (no socket), synchronously."""
-
-    def __init__(self, app):
-        import asyncio
-
-        self._loop = asyncio.new_event_loop()
-        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://in-process")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._loop.run_until_complete(self._client.aclose())
-        self._loop.close()
-
-    def get(self, url, **kwargs):
-        return self._loop.run_until_complete(self._client.get(url, **kwargs))
-
-    def post(self, url, **kwargs):
-        return self._loop.run_until_complete(self._client.post(url, **kwargs))
-
-    def request(self, method, url, **kwargs):
-        return self._loop.run_until_complete(self._client.request(method, url, **kwargs))
-
-
 class _ExplodingSession:
     def run(self, *args, **kwargs):
         raise RuntimeError("secret internal detail /srv/private/path")
 
 
-def test_unexpected_error_is_a_bare_500_and_the_app_keeps_serving(model_path, caplog):
+def test_unexpected_error_is_a_bare_500_and_the_app_keeps_serving(model_path, caplog, in_process):
     loaded = svc_model.load_served_model(model_path)
     real_session = loaded.session
     loaded.session = _ExplodingSession()
-    app = create_app(svc_config.Settings(model=str(model_path)), loaded)
-    with _InProcess(app) as http:
-        response = http.post("/predict", json={"inputs": GOOD})
-        assert response.status_code == 500
-        assert response.json() == {"error": "internal", "detail": "internal server error; the incident was logged"}
-        assert "secret" not in response.text
-        assert "secret internal detail" in caplog.text  # logged for the operator
-        loaded.session = real_session
-        assert http.post("/predict", json={"inputs": GOOD}).status_code == 200
-        metrics = serving.parse_metrics(http.get("/metrics").text)
+    http = in_process(create_app(svc_config.Settings(model=str(model_path)), loaded))
+    response = http.post("/predict", json={"inputs": GOOD})
+    assert response.status_code == 500
+    assert response.json() == {"error": "internal", "detail": "internal server error; the incident was logged"}
+    assert "secret" not in response.text
+    assert "secret internal detail" in caplog.text  # logged for the operator
+    loaded.session = real_session
+    assert http.post("/predict", json={"inputs": GOOD}).status_code == 200
+    metrics = serving.parse_metrics(http.get("/metrics").text)
     assert metrics[("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "500")))] == 1
 
 
-def test_any_classifier_scikit_learn_with_label_and_probability_outputs(tmp_path):
+def test_any_classifier_scikit_learn_with_label_and_probability_outputs(tmp_path, in_process):
     from skl2onnx import to_onnx
     from sklearn.linear_model import LogisticRegression
 
@@ -416,14 +314,13 @@ def test_any_classifier_scikit_learn_with_label_and_probability_outputs(tmp_path
     path.write_bytes(onx.SerializeToString())
     loaded = svc_model.load_served_model(path)
     assert loaded.label_output == "label" and loaded.score_output == "probabilities"
-    app = create_app(svc_config.Settings(model=str(path), max_batch=100), loaded)
-    with _InProcess(app) as http:
-        ok = http.post("/predict", json={"inputs": digits.test.flat[:100].tolist()})
-        assert ok.status_code == 200
-        assert ok.json()["predictions"] == classifier.predict(digits.test.flat[:100]).tolist()
-        np.testing.assert_allclose(ok.json()["probabilities"], classifier.predict_proba(digits.test.flat[:100]), atol=1e-4)
-        wrong = http.post("/predict", json={"inputs": digits.test.images[:2].tolist()})
-        assert wrong.status_code == 422 and "expected one example of shape [64]" in wrong.json()["detail"]
+    http = in_process(create_app(svc_config.Settings(model=str(path), max_batch=100), loaded))
+    ok = http.post("/predict", json={"inputs": digits.test.flat[:100].tolist()})
+    assert ok.status_code == 200
+    assert ok.json()["predictions"] == classifier.predict(digits.test.flat[:100]).tolist()
+    np.testing.assert_allclose(ok.json()["probabilities"], classifier.predict_proba(digits.test.flat[:100]), atol=1e-4)
+    wrong = http.post("/predict", json={"inputs": digits.test.images[:2].tolist()})
+    assert wrong.status_code == 422 and "expected one example of shape [64]" in wrong.json()["detail"]
 
 
 def test_model_with_two_inputs_is_refused(tmp_path):
@@ -442,68 +339,7 @@ def test_model_with_two_inputs_is_refused(tmp_path):
         svc_model.load_served_model(path)
 
 
-# ---------------------------------------------------------------- units: config, validation, metrics, serve helpers
-
-
-def test_settings_from_env_defaults_and_errors():
-    settings = svc_config.Settings.from_env({})
-    assert (settings.host, settings.port, settings.max_batch, settings.handler) == ("127.0.0.1", 8080, 64, "threadpool")
-    assert svc_config.Settings.from_env({"ONNX_SERVICE_WORKERS": "2", "ONNX_SERVICE_ACCESS_LOG": "yes"}, port=9).workers == 2
-    with pytest.raises(svc_config.ConfigError, match="ONNX_SERVICE_HANDLER='fast': expected threadpool or naive"):
-        svc_config.Settings.from_env({"ONNX_SERVICE_HANDLER": "fast"})
-    with pytest.raises(svc_config.ConfigError, match="64 hexadecimal digits"):
-        svc_config.Settings.from_env({"ONNX_SERVICE_MODEL_SHA256": "abc"})
-    with pytest.raises(svc_config.ConfigError, match="ONNX_SERVICE_ACCESS_LOG='maybe'"):
-        svc_config.Settings.from_env({"ONNX_SERVICE_ACCESS_LOG": "maybe"})
-    round_trip = svc_config.Settings.from_env(svc_config.Settings(port=1234, access_log=True).to_env())
-    assert round_trip.port == 1234 and round_trip.access_log is True
-
-
-def test_validation_returns_the_models_dtype_and_flags_single_examples():
-    contract = svc_model.InputContract("image", np.dtype(np.float32), (1, 8, 8), 4)
-    batch, single = svc_validation.to_batch({"inputs": GOOD}, contract)
-    assert single and batch.shape == (1, 1, 8, 8) and batch.dtype == np.float32
-    batch, single = svc_validation.to_batch({"inputs": [GOOD, GOOD]}, contract)
-    assert not single and batch.shape == (2, 1, 8, 8)
-    integer = svc_model.InputContract("ids", np.dtype(np.int64), (None,), 4)
-    assert svc_validation.to_batch({"inputs": [[1, 2, 3]]}, integer)[0].dtype == np.int64
-    with pytest.raises(svc_validation.RequestError, match="decimal point, an exponent or more than 18 digits"):
-        svc_validation.to_batch({"inputs": [[1.5]]}, integer)
-    with pytest.raises(svc_validation.RequestError, match=r"inputs\[0\]\[1\] is true/false; expected integers \(int64\)"):
-        svc_validation.to_batch({"inputs": [[1, True, 3]]}, integer)  # NumPy alone would read True as 1
-    nineteen_digits = svc_validation.parse_json(b'{"inputs": [[1000000000000000000]]}')  # inside int64, read as a float
-    with pytest.raises(svc_validation.RequestError, match="more than 18 digits") as refused:
-        svc_validation.to_batch(nineteen_digits, integer)
-    assert "fractional" not in refused.value.message  # the value is a whole number: the reason must not say otherwise
-    with pytest.raises(svc_validation.RequestError, match="dimension 0 should be at least 1"):
-        svc_validation.to_batch({"inputs": [[]]}, integer)
-
-
-def test_invented_methods_and_paths_add_no_metric_series(model_path):
-    app = create_app(svc_config.Settings(model=str(model_path)))
-    with _InProcess(app) as http:
-        for number in range(60):
-            assert http.request(f"M{number}", f"/predict{number % 3 or ''}").status_code in (404, 405)
-        samples = serving.parse_metrics(http.get("/metrics").text)
-    methods = {dict(labels)["method"] for (name, labels) in samples if name == "onnx_service_requests_total"}
-    assert methods == {"other"}, methods  # 60 invented methods, one series (the scrape itself is counted once it is answered)
-    counted = {labels: value for (name, labels), value in samples.items() if name == "onnx_service_requests_total"}
-    assert sum(value for labels, value in counted.items() if dict(labels)["method"] == "other") == 60, counted
-
-
-def test_metrics_render_is_valid_prometheus_text():
-    metrics = svc_metrics.Metrics(max_batch=8)
-    metrics.model_info = lambda: [{"name": 'a"b'}]
-    metrics.request_started()
-    metrics.request_finished("POST", "/predict", 200, 0.003)
-    metrics.observe_inference(3, 0.001)
-    samples = serving.parse_metrics(metrics.render())
-    assert samples[("onnx_service_batch_size_bucket", (("le", "2"),))] == 0
-    assert samples[("onnx_service_batch_size_bucket", (("le", "4"),))] == 1
-    assert samples[("onnx_service_request_duration_seconds_bucket", (("le", "0.0025"), ("path", "/predict")))] == 0
-    assert samples[("onnx_service_request_duration_seconds_bucket", (("le", "0.005"), ("path", "/predict")))] == 1
-    assert math.isclose(samples[("onnx_service_request_duration_seconds_sum", (("path", "/predict"),))], 0.003)
-    assert 'name="a\\"b"' in metrics.render()
+# ---------------------------------------------------------------- serve helpers (config, validation and metrics: tests/unit/test_service_*.py)
 
 
 def test_serve_helpers_refuse_bad_arguments():

@@ -127,7 +127,7 @@ def test_server_checks_its_arguments(tmp_path, model, web_runtime):
 @pytest.mark.slow
 @pytest.mark.parametrize("error", [ConnectionResetError, BrokenPipeError])
 def test_a_download_the_browser_aborts_prints_nothing(error, capsys):
-    # the review's finding: an aborted download printed a ConnectionResetError traceback into the kernel
+    # a browser that closes the connection mid-download must not put a ConnectionResetError traceback into the kernel
     with onnx_web_demo.server._Server(("127.0.0.1", 0), onnx_web_demo.server._Handler) as httpd:
         try:
             raise error

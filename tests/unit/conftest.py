@@ -10,7 +10,8 @@ during the test.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import ast
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,29 @@ def isolated(unit_artifacts, monkeypatch) -> Iterator[None]:
     monkeypatch.setattr(torch.autograd, "backward", refuse)
     yield
     assert _snapshot(checkout_artifacts) == untouched, "this unit test wrote into the checkout's artifacts/: use tmp_path"
+
+
+def package_imports(package_root: Path) -> list[tuple[Path, int, str]]:
+    """(file, line, dotted name) of every import in the package folder ``package_root``, lazy ones inside functions too.
+
+    Relative imports are resolved against the importing file's package; ``from a import b`` yields ``a`` and ``a.b``
+    (b may be a module).
+    """
+    found = []
+    for path in sorted(package_root.rglob("*.py")):
+        parts = path.relative_to(package_root.parent).with_suffix("").parts  # ("labsupport", "topics", "memory")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found += [(path, node.lineno, alias.name) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: resolve against the file's package
+                    base = ".".join([*parts[: len(parts) - node.level], *([base] if base else [])])
+                found += [(path, node.lineno, base)] + [(path, node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return found
+
+
+@pytest.fixture(scope="session")
+def imports() -> Callable[[Path], list[tuple[Path, int, str]]]:
+    """The unit tests' one AST import scanner (the layer rules, the service image's requirements): ``package_imports``."""
+    return package_imports

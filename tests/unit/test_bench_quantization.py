@@ -1,7 +1,7 @@
 """labsupport.bench.quantization (notebook 06, section 8): measuring variants, the report's ratios and words, the targets.
 
 Running the whole suite (``python -m labsupport.bench quantization``) is tested in
-tests/integration/test_quantization_bench.py.
+tests/integration/test_bench_quantization.py.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def _removed_after(model, level):
         _removed_after,  # counts after optimization, not what was removed
         lambda model, level: {"BatchNormalization": 2},  # ignores the level
         lambda model, level: ["BatchNormalization"],  # not a dict
-        lambda model, level: {  # hard-coded: the answer the old checker printed for its one model
+        lambda model, level: {  # hard-coded: one model's counts, copied from a message
             "basic": {"Add": 1, "BatchNormalization": 2, "MatMul": 1},
             "extended": {"Add": 1, "BatchNormalization": 2, "Conv": 2, "MatMul": 1, "Relu": 2},
         }[level],
@@ -243,7 +243,7 @@ def test_q1_says_that_an_output_needs_a_shape():
 
 
 def _command_line_saver(level):
-    """ORT's own tool in another process: no session of this process sees the level (review 4)."""
+    """ORT's own tool in another process: no session of this process sees the level."""
 
     def save(source, target):
         tool = [sys.executable, "-m", "onnxruntime.tools.optimize_onnx_model", "--opt_level", level, str(source), str(target)]

@@ -16,19 +16,19 @@ def test_q1_kv_cache_value_and_wrong_answers():
     for wrong, reason in [
         (2 * 48 * 40 * 128 * 4 * 4096, "query heads and one sequence"),
         (right * 5, "query heads"),
-        (48 * 8 * 128 * 4 * 4096 * 3, "half the answer, which more than one slip gives"),  # K or V only (the review's)
+        (48 * 8 * 128 * 4 * 4096 * 3, "half the answer, which more than one slip gives"),  # K or V only
         (2 * 48 * 8 * 128 * 2 * 4096 * 3, "half the answer, which more than one slip gives"),  # FP16 values
         (48 * 8 * 128 * 2 * 4096 * 3, "a quarter of the answer, which more than one slip gives"),  # K or V only and FP16
         (right / 3, "one sequence"),
-        (2 * 48 * 8 * 128 * 4 * 4096 * 4, "that is 4 sequences"),  # the review's batch of 4: no longer blamed on query heads
+        (2 * 48 * 8 * 128 * 4 * 4096 * 4, "that is 4 sequences"),  # batch 4 for 3 sequences: a batch slip, not query heads
         (right / 2**30, "bytes, not gigabytes"),
         (right / 1e9, "bytes, not gigabytes"),
         (right * 8, "that is bits"),
-        (right / 2**20, "not MiB"),  # 4,608: the review's
+        (right / 2**20, "not MiB"),  # 4,608: divided by 2**20
         (right / 1e6, "not megabytes"),
-        (right / 4096 * 4000, "0.9766 times the answer, which more than one slip gives"),  # "4K" read as 4,000 (the review's)
+        (right / 4096 * 4000, "0.9766 times the answer, which more than one slip gives"),  # "4K" read as 4,000
         (right / 48 * 49, "is not the KV-cache size"),  # a layer too many: no cause named on a guess
-        (2 * 48 * 40 * 128 * 2 * 4096 * 3, "query heads and 2-byte values"),  # 40 query heads + FP16 (the review's)
+        (2 * 48 * 40 * 128 * 2 * 4096 * 3, "query heads and 2-byte values"),  # 40 query heads + FP16
         (right / 4096 / 3, "is not the KV-cache size"),  # one token only
         (right * 2, "is not the KV-cache size"),  # mine: K and V counted twice (2 x 2 x ...)
         (2 * 48 * 8 * 128 * 4 * 4097 * 3 * 1.02, "is not the KV-cache size"),  # mine: off by 2%, outside the 1% tolerance
@@ -42,8 +42,8 @@ def test_q1_kv_cache_value_and_wrong_answers():
 
 
 def test_q1_names_a_cause_only_when_one_fits():
-    """The review's: 47 layers was told "that counts 4,000 tokens" (47/48 and 4000/4096 are within 1% of each other), and
-    head_dim 64 "FP32 values take 4 bytes, not 2"; an answer that several slips give gets the factors to check instead."""
+    """47 layers is not "4,000 tokens" (47/48 and 4000/4096 are within 1% of each other), nor head_dim 64 "FP32 values
+    take 4 bytes, not 2": an answer that several slips give gets the factors to check instead of one guessed cause."""
     factors = "check each factor: 2 (a key AND a value), layers, key/value heads (not query heads), head_dim, bytes per FP32 value"
     for slip in [2 * 47 * 8 * 128 * 4 * 4096 * 3, 2 * 48 * 8 * 64 * 4 * 4096 * 3, 2 * 48 * 8 * 128 * 4 * 4000 * 3]:
         message = nb11.q1.evaluate(slip).message
@@ -73,9 +73,9 @@ def test_q2_int4_size_and_wrong_answers():
         outcome = nb11.q2.evaluate(wrong)
         assert outcome.status == INCORRECT and reason in outcome.message, (wrong, outcome.message)
     assert "FP32 scales" in nb11.q2.evaluate(3.5e9 + 7e9 / 32 * 4).message
-    # mine: asymmetric (a 4-bit zero point per block too), and one scale per 64 weights
+    # a 4-bit zero point per block as well, and one FP16 scale per 64 weights instead of 32
     for wrong in [3.9375e9 + 7e9 / 32 / 2, 3.5e9 + 7e9 / 64 * 2]:
-        assert nb11.q2.evaluate(wrong).status == INCORRECT, wrong  # the message no longer denies FP32 scales exist
+        assert nb11.q2.evaluate(wrong).status == INCORRECT, wrong
 
 
 def test_q3_mask_rejects_typical_mistakes():

@@ -1,4 +1,4 @@
-"""Exercises of notebook 13: typical wrong answers fail their checker (the reference solutions: test_exercises_api.py)."""
+"""Exercises of notebook 13: typical wrong answers fail their checker (the reference solutions: tests/integration/test_all_exercises.py)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,16 @@
-"""labsupport's subpackages import each other one way only (the order in labsupport/__init__.py), with no cycles.
+"""Imports go one way: labsupport's subpackages in the order of labsupport/__init__.py, then the deploy packages.
 
 Every import counts, the lazy ones inside functions too: a lazy upward import is still a cycle between
-subpackages. The deploy packages may be imported from any layer (they never import labsupport:
-tests/unit/test_dockerfile.py).
+subpackages. The deploy packages (onnx_service, onnx_web_demo) may be imported from any layer and never
+import labsupport: they are installed and run without the course.
 """
 
 from __future__ import annotations
 
-import ast
+import importlib
+import tomllib
+from collections.abc import Callable
+from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
@@ -19,58 +22,33 @@ RANKS = {"course": 0, "onnxutil": 1, "models": 2, "topics": 3, "bench": 4, "exer
 TOP = "labsupport"
 
 
-def _module_name(path: Path, package_root: Path) -> str:
-    parts = path.relative_to(package_root.parent).with_suffix("").parts
-    return ".".join(parts).removesuffix(".__init__")
-
-
-def _imported_modules(tree: ast.Module, module: str, is_package: bool) -> list[tuple[int, str]]:
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: resolve against this module's package
-                package = module.split(".")[: len(module.split(".")) - node.level + is_package]
-                base = ".".join([*package, base] if base else package)
-            found += [(node.lineno, base)] + [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
-    return found
-
-
 def subpackage(module: str) -> str | None:
     """``labsupport.topics.memory`` -> ``topics``; None for the top-level modules and anything outside labsupport."""
     parts = module.split(".")
     return parts[1] if parts[0] == TOP and len(parts) > 1 and parts[1] in RANKS else None
 
 
-def import_violations(package_root: Path) -> list[str]:
-    """Every import between subpackages of ``package_root`` that goes up (or sideways between equal ranks)."""
+def import_violations(package_root: Path, imports: Callable[[Path], list[tuple[Path, int, str]]]) -> list[str]:
+    """Every import between subpackages of ``package_root`` that goes up (or sideways between equal ranks).
+
+    ``imports`` is the unit tests' scanner (the ``imports`` fixture of tests/unit/conftest.py).
+    """
     problems: dict[tuple[str, int, str], str] = {}  # one per import statement and subpackage: its longest name
-    for path in sorted(package_root.rglob("*.py")):
-        module = _module_name(path, package_root)
-        source = subpackage(module)
-        if source is None:
-            continue
-        where = str(path.relative_to(package_root.parent))
-        for line, target in _imported_modules(ast.parse(path.read_text(encoding="utf-8")), module, path.name == "__init__.py"):
-            destination = subpackage(target)
-            if destination not in (None, source) and RANKS[destination] >= RANKS[source]:
-                key = (where, line, destination)
-                problems[key] = max(problems.get(key, ""), target, key=len)
+    for path, line, target in imports(package_root):
+        where = path.relative_to(package_root.parent)
+        source = subpackage(".".join(where.parts))
+        destination = subpackage(target)
+        if source is not None and destination not in (None, source) and RANKS[destination] >= RANKS[source]:
+            key = (str(where), line, destination)
+            problems[key] = max(problems.get(key, ""), target, key=len)
     return [
-        f"{where}:{line}: {_source_of(where)} imports {target} ({dest} is not below it)"
+        f"{where}:{line}: {where.split('/')[1]} imports {target} ({dest} is not below it)"
         for (where, line, dest), target in sorted(problems.items())
     ]
 
 
-def _source_of(where: str) -> str:
-    """The subpackage of a file given as ``labsupport/<subpackage>/...``."""
-    return where.split("/")[1]
-
-
-def test_labsupport_imports_go_one_way():
-    assert import_violations(repo_root() / "labsupport") == []
+def test_labsupport_imports_go_one_way(imports):
+    assert import_violations(repo_root() / "labsupport", imports) == []
 
 
 def test_every_subpackage_has_a_rank():
@@ -95,14 +73,28 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
         ({"course/env.py": "from ..models import digits_cnn\n"}, "course imports labsupport.models.digits_cnn"),
     ],
 )
-def test_the_check_catches_upward_lazy_relative_and_sideways_imports(tmp_path, files, expected):
-    problems = import_violations(_tree(tmp_path, files))
+def test_the_check_catches_upward_lazy_relative_and_sideways_imports(tmp_path, imports, files, expected):
+    problems = import_violations(_tree(tmp_path, files), imports)
     assert len(problems) == 1 and expected in problems[0]
 
 
-def test_the_check_allows_downward_and_deploy_imports(tmp_path):
+def test_the_check_allows_downward_and_deploy_imports(tmp_path, imports):
     files = {
         "topics/serving.py": "import onnx_service\nfrom labsupport.models import digits_cnn\nfrom . import memory\n",
         "maintain/student.py": "from labsupport.exercises import nb01\n",
     }
-    assert import_violations(_tree(tmp_path, files)) == []
+    assert import_violations(_tree(tmp_path, files), imports) == []
+
+
+@pytest.mark.parametrize(
+    ("folder", "distribution_name", "package"), [("service", "onnx-service", "onnx_service"), ("web", "onnx-web-demo", "onnx_web_demo")]
+)
+def test_deploy_packages_are_installed_and_never_import_labsupport(imports, folder, distribution_name, package):
+    root = repo_root() / "deploy" / folder
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["name"] == distribution_name and project["dependencies"] == []  # the course's requirements.txt pins them
+    assert not (root / "__init__.py").exists(), f"deploy/{folder} is a project folder, not a package: import {package}"
+    installed = distribution(distribution_name)  # `make` installs it editable
+    assert installed.version == importlib.import_module(package).__version__
+    upward = [f"{path.name}:{line}: {name}" for path, line, name in imports(root / package) if name.split(".")[0] == TOP]
+    assert upward == [], "imports go one way: labsupport -> deploy packages"

@@ -1,6 +1,6 @@
 """labsupport.models.digits_sklearn (notebook 04) without fitting anything: the data made in code, the checks, the opset tidying.
 
-Fitting and converting are in tests/integration/test_sklearn_models.py."""
+Fitting and converting are in tests/integration/test_digits_sklearn.py."""
 
 from __future__ import annotations
 

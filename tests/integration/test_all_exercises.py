@@ -1,6 +1,6 @@
 """Every exercise of every notebook: its reference solution passes, and no answer makes its checker crash.
 
-The API itself is unit-tested in tests/unit/test_exercise_api.py; these run the real checkers (they train,
+The API itself is unit-tested in tests/unit/test_exercises.py and test_exercises_checks.py; these run the real checkers (they train,
 export and open sessions), so they are integration tests.
 """
 
