@@ -188,7 +188,9 @@ class VariantReport:
             _, ax = plt.subplots(figsize=(5.5, 4))
         for result in self.results:
             x, y = self.size_ratio(result.name), self.latency_ratio(result.name, batch_size)
-            ax.scatter(x, y, s=60, label=f"{result.name} ({self.accuracy_delta(result.name):+.1f} pt acc.)", alpha=0.8)
+            colour, marker = VARIANT_STYLES.get(result.name, ("black", "X"))
+            label = f"{result.name} ({self.accuracy_delta(result.name):+.1f} pt acc.)"
+            ax.scatter(x, y, s=60, color=colour, marker=marker, label=label, alpha=0.8)
         ax.axhline(1, color="grey", lw=0.8, ls="--")
         ax.axvline(1, color="grey", lw=0.8, ls="--")
         ax.set_xlabel("file size / FP32")
@@ -199,6 +201,19 @@ class VariantReport:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
         return ax
+
+
+# one colour and marker per variant name, the same in every panel (notebook 06 plots two models side by side)
+VARIANT_STYLES = {
+    "FP32": ("tab:blue", "o"),
+    AA_NAME: ("tab:gray", "o"),
+    "INT8 dynamic": ("tab:orange", "s"),
+    "INT8 static": ("tab:green", "D"),
+    "INT4 weights": ("tab:red", "v"),
+    "FP16": ("tab:purple", "^"),
+    "INT8 static QOperator": ("tab:brown", "P"),
+    "INT8 static QOperator, U8 activations": ("tab:pink", "*"),
+}
 
 
 def _latencies(

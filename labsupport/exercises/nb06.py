@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -423,4 +424,181 @@ q3 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2, q3]
+
+# ------------------------------------------------------------------ exercise 4: the recipe on a model the notebook has not shown
+
+CANCER_INPUT = "features"
+CANCER_HIDDEN = 256
+CANCER_SIZE_RATIO = 0.30  # exercise 4: static INT8 of the 30-256-256-2 MLP is about 0.27 of its FP32 file
+CANCER_ACCURACY_DROP = 0.02
+
+
+@functools.cache
+def cancer_data() -> dict[str, np.ndarray]:
+    """scikit-learn's breast-cancer set (569 patients, 30 float64 features standardized with the training rows' mean and
+    standard deviation), split once, stratified and seeded."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.model_selection import train_test_split
+
+    features, labels = load_breast_cancer(return_X_y=True)
+    rest, test, rest_labels, test_labels = train_test_split(features, labels, test_size=171, stratify=labels, random_state=0)
+    train, calibration, train_labels, _ = train_test_split(rest, rest_labels, test_size=60, stratify=rest_labels, random_state=0)
+    mean, std = train.mean(axis=0), train.std(axis=0)
+    train, calibration, test = ((rows - mean) / std for rows in (train, calibration, test))
+    return {"train": train, "train_labels": train_labels, "calibration": calibration, "test": test, "test_labels": test_labels}
+
+
+def _cancer_graph(coefs, intercepts):
+    """The trained MLP as MatMul + Add (+ Relu) layers, its one logistic output unit z as the two logits (-z/2, z/2)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    coefs = [*coefs[:-1], np.hstack([-coefs[-1] / 2, coefs[-1] / 2])]
+    intercepts = [*intercepts[:-1], np.hstack([-intercepts[-1] / 2, intercepts[-1] / 2])]
+    nodes, initializers, current = [], [], CANCER_INPUT
+    for layer, (weight, bias) in enumerate(zip(coefs, intercepts, strict=True)):
+        initializers += [numpy_helper.from_array(weight.astype(np.float32), f"layer{layer}.weight")]
+        initializers += [numpy_helper.from_array(bias.astype(np.float32), f"layer{layer}.bias")]
+        nodes += [helper.make_node("MatMul", [current, f"layer{layer}.weight"], [f"matmul{layer}"], name=f"layer{layer}/MatMul")]
+        last = layer == len(coefs) - 1
+        nodes += [
+            helper.make_node(
+                "Add", [f"matmul{layer}", f"layer{layer}.bias"], ["logits" if last else f"add{layer}"], name=f"layer{layer}/Add"
+            )
+        ]
+        if not last:
+            nodes += [helper.make_node("Relu", [f"add{layer}"], [f"relu{layer}"], name=f"layer{layer}/Relu")]
+            current = f"relu{layer}"
+    graph = helper.make_graph(
+        nodes,
+        "breast_cancer_mlp",
+        [helper.make_tensor_value_info(CANCER_INPUT, TensorProto.FLOAT, ["batch", coefs[0].shape[0]])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 2])],
+        initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@functools.cache
+def cancer_model() -> str:
+    """Path of exercise 4's FP32 model: a 30-256-256-2 MLP trained on the breast-cancer split."""
+    import onnx
+    from sklearn.neural_network import MLPClassifier
+
+    from labsupport.course.paths import artifact
+
+    path = artifact("quantization/exercises/breast_cancer_mlp.onnx")
+    if not path.is_file():
+        data = cancer_data()
+        mlp = MLPClassifier((CANCER_HIDDEN, CANCER_HIDDEN), max_iter=40, random_state=0)
+        with warnings.catch_warnings():  # 40 epochs are plenty here; sklearn would warn that it has not converged
+            warnings.simplefilter("ignore")
+            mlp.fit(data["train"], data["train_labels"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(_cancer_graph(mlp.coefs_, mlp.intercepts_), path)
+    return str(path)
+
+
+def cancer_accuracy(path) -> float:
+    """Test accuracy of a breast-cancer model file (exercise 4)."""
+    import onnxruntime as ort
+
+    data = cancer_data()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    logits = session.run(None, {CANCER_INPUT: data["test"].astype(np.float32)})[0]
+    return float(np.mean(logits.argmax(axis=1) == data["test_labels"]))
+
+
+def _run_learner_quantizer(quantize, src: str, dst: Path) -> None:
+    from labsupport.topics.quantization import quiet
+
+    try:
+        with quiet():
+            quantize(src, str(dst), cancer_data()["calibration"].copy())
+    except Incorrect:
+        raise
+    except Exception as error:
+        text = str(error)
+        if "double" in text or "data type" in text.lower():
+            raise Incorrect(f"the quantizer refused your calibration batches ({text[:120]}): the rows are float64, feed float32") from None
+        if "input" in text.lower() or isinstance(error, KeyError):
+            raise Incorrect(f"the quantizer refused your feeds ({text[:120]}): this model's input is named {CANCER_INPUT!r}") from None
+        raise Incorrect(f"your function raised {type(error).__name__}: {text[:200]}") from None
+    if not dst.is_file():
+        raise Incorrect("your function wrote nothing at dst: give dst to quantize_static as its output path")
+
+
+def _check_cancer_structure(model) -> None:
+    ops = {node.op_type for node in model.graph.node}
+    if ops & {"DynamicQuantizeLinear", "MatMulInteger"}:
+        raise Incorrect("the file holds DynamicQuantizeLinear/MatMulInteger: that is quantize_dynamic; this exercise is the static recipe")
+    if ops & QOPERATOR_OPS:
+        raise Incorrect(f"the file holds QOperator ops ({', '.join(sorted(ops & QOPERATOR_OPS))}): use quant_format=QuantFormat.QDQ")
+    if not {"QuantizeLinear", "DequantizeLinear"} <= ops:
+        raise Incorrect(f"the file has no QuantizeLinear/DequantizeLinear pairs (ops: {', '.join(sorted(ops))}): use quantize_static")
+    _check_eight_bits(model)
+    matmul_weights = {node.input[1] for node in model.graph.node if node.op_type == "MatMul"}
+    dequantized = {node.output[0]: node.input[0] for node in model.graph.node if node.op_type == "DequantizeLinear"}
+    integer_weights = {dequantized[name] for name in matmul_weights if name in dequantized}
+    if len(integer_weights) < len(matmul_weights):
+        raise Incorrect(f"{len(integer_weights)} of the {len(matmul_weights)} MatMul weights are 8-bit integers: quantize every MatMul")
+    weights = [(distance, scale) for distance, scale in _quantized_weights(model) if np.size(scale) > 1]
+    if len(weights) < len(matmul_weights):
+        raise Incorrect("a MatMul weight has one scale for the whole tensor: pass per_channel=True (a scale per output channel)")
+    if max(distance for distance, _ in weights) > 64:
+        raise Incorrect("the weights use the full 8 bits (up to 127): pass reduce_range=True, the notebook's portable 7-bit weights")
+
+
+def _check_cancer_quantizer(quantize) -> str:
+    import onnx
+
+    if isinstance(quantize, str) or not callable(quantize):
+        raise Incorrect(f"answer with your function quantize_cancer(src, dst, calibration_rows), got {type(quantize).__name__}")
+    src = cancer_model()
+    with tempfile.TemporaryDirectory() as folder:
+        dst = Path(folder) / "cancer_int8.onnx"
+        _run_learner_quantizer(quantize, src, dst)
+        _check_cancer_structure(onnx.load(str(dst)))
+        ratio = dst.stat().st_size / Path(src).stat().st_size
+        quantized, reference = cancer_accuracy(dst), cancer_accuracy(src)
+    if ratio > CANCER_SIZE_RATIO:
+        raise Incorrect(f"the file is {ratio:.2f} of the FP32 size, above the target {CANCER_SIZE_RATIO}")
+    if quantized < reference - CANCER_ACCURACY_DROP:
+        raise Incorrect(
+            f"test accuracy {quantized:.1%} against FP32 {reference:.1%}: more than {CANCER_ACCURACY_DROP:.0%} lost; "
+            "calibrate on the calibration rows you are given, not on made-up or rescaled data"
+        )
+    return f"static INT8 of the breast-cancer MLP: {ratio:.2f} of the FP32 size, test accuracy {quantized:.1%} (FP32 {reference:.1%})"
+
+
+q4 = Exercise(
+    4,
+    "the static recipe on a model you have not seen",
+    _check_cancer_quantizer,
+    hint=(
+        "Read the input name from onnx.load(src).graph.input[0] (it is not 'pixels'); the rows are float64, the model takes "
+        "float32; 60 rows split into equal batches with np.split (6 batches of 10, say). Then quantize_static as in the "
+        "recipe: QDQ, per_channel=True, reduce_range=True."
+    ),
+    solution_code="""
+        import numpy as np
+        import onnx
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+        def quantize_cancer(src, dst, calibration_rows):
+            input_name = onnx.load(src).graph.input[0].name
+
+            class Reader(CalibrationDataReader):
+                def __init__(self):
+                    self.batches = iter(np.split(calibration_rows.astype(np.float32), 6))
+
+                def get_next(self):
+                    batch = next(self.batches, None)
+                    return None if batch is None else {input_name: batch}
+
+            quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=True)
+
+        answer = quantize_cancer
+    """,
+)
+
+EXERCISES = [q1, q2, q3, q4]

@@ -298,6 +298,119 @@ def _check_offline(optimize_offline) -> str:
     return "a pre-optimized model without CPU-specific layout ops, to load with ORT_ENABLE_ALL on the machine that runs it"
 
 
+# ------------------------------------------------------------------ exercise 4: the recipe on a transformer block
+
+
+def feed_forward_block(width: int = 32, hidden: int = 64, seed: int = 0) -> onnx.ModelProto:
+    """A transformer's LayerNorm + feed-forward block written op by op, as older exporters write it (exercise 4).
+
+    LayerNorm as ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add; GELU as Div, Erf, Add, Mul, Mul.
+    """
+    rng = np.random.default_rng(seed)
+
+    def constant(name, value):
+        return numpy_helper.from_array(np.asarray(value, dtype=np.float32), name)
+
+    initializers = [
+        numpy_helper.from_array(np.array([-1], dtype=np.int64), "last_axis"),
+        constant("two", 2.0),
+        constant("eps", 1e-5),
+        constant("gamma", rng.uniform(0.5, 1.5, width)),
+        constant("beta", rng.normal(0, 0.1, width)),
+        constant("w1", rng.normal(0, 0.2, (width, hidden))),
+        constant("b1", rng.normal(0, 0.1, hidden)),
+        constant("sqrt2", np.sqrt(2.0)),
+        constant("one", 1.0),
+        constant("half", 0.5),
+        constant("w2", rng.normal(0, 0.2, (hidden, width))),
+        constant("b2", rng.normal(0, 0.1, width)),
+    ]
+    steps = [  # (op, inputs, output, name)
+        ("ReduceMean", ["tokens", "last_axis"], "mean", "ln/mean"),
+        ("Sub", ["tokens", "mean"], "centred", "ln/sub"),
+        ("Pow", ["centred", "two"], "squared", "ln/pow"),
+        ("ReduceMean", ["squared", "last_axis"], "variance", "ln/variance"),
+        ("Add", ["variance", "eps"], "variance_eps", "ln/add_eps"),
+        ("Sqrt", ["variance_eps"], "std", "ln/sqrt"),
+        ("Div", ["centred", "std"], "normed", "ln/div"),
+        ("Mul", ["normed", "gamma"], "scaled", "ln/gamma"),
+        ("Add", ["scaled", "beta"], "ln_out", "ln/beta"),
+        ("MatMul", ["ln_out", "w1"], "h", "fc1/matmul"),
+        ("Add", ["h", "b1"], "h_bias", "fc1/bias"),
+        ("Div", ["h_bias", "sqrt2"], "h_scaled", "gelu/div"),
+        ("Erf", ["h_scaled"], "h_erf", "gelu/erf"),
+        ("Add", ["h_erf", "one"], "h_erf1", "gelu/add"),
+        ("Mul", ["h_bias", "h_erf1"], "h_mul", "gelu/mul"),
+        ("Mul", ["h_mul", "half"], "gelu", "gelu/half"),
+        ("MatMul", ["gelu", "w2"], "o", "fc2/matmul"),
+        ("Add", ["o", "b2"], "features", "fc2/bias"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, [output], name=name) for op, inputs, output, name in steps],
+        "feed_forward_block",
+        [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, ["batch", "sequence", width])],
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", "sequence", width])],
+        initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def _op_types(counts: dict[str, int]) -> dict[str, int]:
+    """``{op type: count}`` with the domain prefixes of ``op_counts`` dropped (``com.microsoft:BiasGelu`` -> ``BiasGelu``)."""
+    plain: dict[str, int] = {}
+    for op, count in counts.items():
+        plain[op.split(":")[-1]] = plain.get(op.split(":")[-1], 0) + count
+    return plain
+
+
+def _returned_counts(returned) -> tuple[dict[str, int], dict[str, int]]:
+    if not (isinstance(returned, tuple) and len(returned) == 2 and all(isinstance(part, dict) for part in returned)):
+        raise Incorrect(f"return a pair of dicts (before, after), each {{op type: count}}, got {type(returned).__name__}")
+    return tuple({str(op).split(":")[-1]: whole_number(count, f"count of {op}") for op, count in part.items()} for part in returned)
+
+
+def _check_block(preoptimize) -> str:
+    import onnxruntime as ort
+
+    if not callable(preoptimize):
+        raise Incorrect(f"expected a function answer(source_path, target_path) -> (before, after), got {type(preoptimize).__name__}")
+    model = feed_forward_block()
+    with tempfile.TemporaryDirectory() as folder:
+        source, target = Path(folder) / "block.onnx", Path(folder) / "block_optimized.onnx"
+        onnx.save(model, source)
+        with _saved_levels() as levels:
+            returned = preoptimize(str(source), str(target))
+        if not target.is_file():
+            raise Incorrect("nothing was written to target_path (the recipe: SessionOptions.optimized_model_filepath)")
+        level = levels.get(str(target.resolve()))
+        if level is not None and int(level) > int(ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED):
+            raise Incorrect(f"the file was saved at {level.name}: a file to ship and load with ALL anywhere is saved below LAYOUT")
+        with blame_answer("the saved file is not a model ONNX can read"):
+            counts = op_counts(target)
+        if any(op.startswith("com.microsoft.nchwc") for op in counts):
+            raise Incorrect("the saved model holds NCHWc layout ops: it is tied to this CPU; save at a level below LAYOUT")
+        if "com.microsoft:BiasGelu" not in counts:
+            raise Incorrect(
+                f"the saved model has no com.microsoft:BiasGelu ({dict(counts)}): the bias + GELU fusion into ORT's own "
+                "kernel is EXTENDED's; BASIC stops at the standard Gelu and LayerNormalization"
+            )
+        before, after = _returned_counts(returned)
+        if before == _op_types(counts) and after == _op_types(op_counts(model)):
+            raise Incorrect("your (before, after) are swapped: before is the source model's counts, after the saved file's")
+        if before != _op_types(op_counts(model)):
+            raise Incorrect(f"before {before} is not the source model's op counts: count node.op_type over onnx.load(source).graph.node")
+        if after != _op_types(counts):
+            raise Incorrect(f"after {after} is not the saved file's op counts: count node.op_type over onnx.load(target).graph.node")
+        feeds = {"tokens": np.random.default_rng(3).normal(size=(2, 5, 32)).astype(np.float32)}
+        with blame_answer("ONNX Runtime cannot run the saved model"):
+            saved = _run_unoptimized(target, feeds)
+        expect_close(_run_unoptimized(model, feeds), saved, what="the saved model's outputs", atol=1e-4)
+    return (
+        f"{sum(before.values())} nodes -> {sum(after.values())}: LayerNorm and GELU fused "
+        f"({', '.join(f'{op} {n}' for op, n in sorted(after.items()))}), a portable file to load with ALL"
+    )
+
+
 q1 = Exercise(
     1,
     "a constant subgraph that folds away",
@@ -364,4 +477,28 @@ q3 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2, q3]
+q4 = Exercise(
+    4,
+    "the recipe on a transformer block",
+    _check_block,
+    hint="The recipe of the notebook's first section: SessionOptions at ORT_ENABLE_EXTENDED with optimized_model_filepath "
+    "= str(target_path), create the session, then count node.op_type over onnx.load(...).graph.node of both files "
+    "(collections.Counter does it).",
+    solution_code="""
+        from collections import Counter
+
+        import onnx
+        import onnxruntime as ort
+
+        def answer(source_path, target_path):
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+            options.optimized_model_filepath = str(target_path)
+            ort.InferenceSession(str(source_path), options, providers=["CPUExecutionProvider"])
+            before = Counter(node.op_type for node in onnx.load(source_path).graph.node)
+            after = Counter(node.op_type for node in onnx.load(target_path).graph.node)
+            return dict(before), dict(after)
+    """,
+)
+
+EXERCISES = [q1, q2, q3, q4]

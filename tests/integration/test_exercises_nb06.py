@@ -8,11 +8,23 @@ from typing import ClassVar
 import numpy as np
 import onnx
 import pytest
-from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
 from labsupport.course.data import load_digits
 from labsupport.exercises import CORRECT, INCORRECT
-from labsupport.exercises.nb06 import BROKEN_PERCENTILE, RESTORE_THRESHOLD, float_compute_nodes, mlp_preprocessed, q1, q2, q3
+from labsupport.exercises.nb06 import (
+    BROKEN_PERCENTILE,
+    CANCER_INPUT,
+    RESTORE_THRESHOLD,
+    cancer_accuracy,
+    cancer_model,
+    float_compute_nodes,
+    mlp_preprocessed,
+    q1,
+    q2,
+    q3,
+    q4,
+)
 from labsupport.models.wide_mlp import ensure_digits_mlp
 from labsupport.topics import quantization as quant
 
@@ -344,3 +356,59 @@ def test_q3_names_wrong_units(value, says):
 def test_q1_says_what_it_got_instead_of_a_class():
     outcome = q1.evaluate(None)
     assert outcome.status == INCORRECT and "got a NoneType" in outcome.message, outcome.message
+
+
+# ------------------------------------------------------------------ exercise 4
+
+
+def cancer_quantizer(dtype=np.float32, key=None, rows=None, **options):
+    """A quantize_cancer(src, dst, calibration_rows) that gets one thing wrong (or nothing, with the defaults)."""
+    settings = {"quant_format": QuantFormat.QDQ, "per_channel": True, "reduce_range": True, **options}
+
+    def quantize_cancer(src, dst, calibration_rows):
+        name = key or onnx.load(src).graph.input[0].name
+        data = (calibration_rows if rows is None else rows).astype(dtype)
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                self.batches = iter(np.split(data, 6))
+
+            def get_next(self):
+                batch = next(self.batches, None)
+                return None if batch is None else {name: batch}
+
+        quantize_static(src, dst, Reader(), **settings)
+
+    return quantize_cancer
+
+
+def test_q4_the_reference_model_is_the_exercise_s_and_the_right_answer_passes():
+    assert onnx.load(cancer_model()).graph.input[0].name == CANCER_INPUT != "pixels"
+    assert cancer_accuracy(cancer_model()) >= 0.9
+    outcome = q4.evaluate(cancer_quantizer())
+    assert outcome.status == CORRECT, outcome.message
+
+
+def dynamic_quantizer(src, dst, calibration_rows):
+    quantize_dynamic(src, dst)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (dynamic_quantizer, "quantize_dynamic"),
+        (cancer_quantizer(dtype=np.float64), "float32"),
+        (cancer_quantizer(key="pixels"), f"named {CANCER_INPUT!r}"),  # notebook 06's MLP input, copied
+        (cancer_quantizer(per_channel=False), "per_channel=True"),
+        (cancer_quantizer(reduce_range=False), "reduce_range=True"),
+        (cancer_quantizer(quant_format=QuantFormat.QOperator), "QuantFormat.QDQ"),
+        (cancer_quantizer(rows=np.random.default_rng(0).uniform(0, 0.01, (60, 30))), "calibrate on the calibration rows"),
+        (lambda src, dst, rows: shutil.copy(src, dst), "no QuantizeLinear"),
+        (lambda src, dst, rows: None, "wrote nothing"),
+        ("mlp_int8_static.onnx", "your function"),
+    ],
+)
+def test_q4_rejects_typical_wrong_answers(wrong, reason):
+    outcome = q4.evaluate(wrong)
+    assert outcome.status == INCORRECT
+    assert reason in outcome.message, outcome.message

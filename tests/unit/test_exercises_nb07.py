@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from labsupport.course.kernels import ENV_VARIABLE
 from labsupport.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, ____
-from labsupport.exercises.nb07 import q1, q2, q3
+from labsupport.exercises.nb07 import feed_forward_block, q1, q2, q3, q4
 from labsupport.models.contract import IR_VERSION, OPSET
 from labsupport.models.conv_bn_relu import conv_bn_relu_model
 from labsupport.onnxutil.optimize import op_counts, optimize_to_file
@@ -349,3 +349,54 @@ def test_q3_accepts_the_raw_recipe_whose_setter_takes_only_str():
 
     outcome = q3.evaluate(answer)
     assert outcome.status == CORRECT, outcome.message
+
+
+# ------------------------------------------------------------------ exercise 4: the recipe on a transformer block
+
+
+def _counts(path):
+    counts = {}
+    for node in onnx.load(path).graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def block_answer(level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, result=lambda before, after: (before, after), write=True):
+    """An answer to exercise 4 that gets one thing wrong (or nothing, with the defaults)."""
+
+    def answer(source_path, target_path):
+        if write:
+            options = ort.SessionOptions()
+            options.graph_optimization_level = level
+            options.optimized_model_filepath = str(target_path)
+            ort.InferenceSession(str(source_path), options, providers=["CPUExecutionProvider"])
+        return result(_counts(source_path), _counts(target_path) if write else {})
+
+    return answer
+
+
+def test_q4_the_block_is_decomposed_and_the_recipe_passes():
+    assert {"Erf", "ReduceMean", "Sqrt"} <= set(op_counts(feed_forward_block()))
+    outcome = q4.evaluate(block_answer())
+    assert outcome.status == CORRECT, outcome.message
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (block_answer(level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC), "EXTENDED"),
+        (block_answer(level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL), "BiasGelu"),
+        (block_answer(level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL), "saved at ORT_ENABLE_ALL"),
+        (block_answer(result=lambda before, after: (after, before)), "swapped"),
+        (block_answer(result=lambda before, after: after), "pair of dicts"),
+        (block_answer(result=lambda before, after: (before, {**after, "MatMul": 1})), "saved file's op counts"),
+        (block_answer(result=lambda before, after: ({"Erf": 1}, after)), "source model's op counts"),
+        (block_answer(result=lambda before, after: (before, {op: float(n) for op, n in after.items()})), "whole number"),
+        (block_answer(write=False), "nothing was written"),
+        ("feed_forward_block_extended.onnx", "expected a function"),
+    ],
+)
+def test_q4_rejects_typical_wrong_answers(wrong, reason):
+    outcome = q4.evaluate(wrong)
+    assert outcome.status == INCORRECT
+    assert reason in outcome.message, outcome.message
