@@ -166,4 +166,109 @@ q2 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2]
+
+FEATURES = "features"
+
+
+@lru_cache(maxsize=1)
+def _transfer_cases():
+    """(data set, numeric DataFrame, fitted pipeline) pairs the checker converts with the learner's function.
+
+    Two bundled scikit-learn data sets of different widths and two pipelines the notebook never converts, so a
+    function that hard-codes the wine table's 13 columns or one estimator's options fails on the second one.
+    """
+    from sklearn.datasets import load_breast_cancer, load_wine
+    from sklearn.decomposition import PCA
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+    wine, cancer = load_wine(as_frame=True), load_breast_cancer(as_frame=True)
+    wine_model = make_pipeline(StandardScaler(), PCA(n_components=5, random_state=0), LogisticRegression(max_iter=1000))
+    cancer_model = make_pipeline(MinMaxScaler(), RandomForestClassifier(n_estimators=30, max_depth=6, random_state=0))
+    return (
+        ("wine", wine.data, wine_model.fit(wine.data, wine.target)),
+        ("breast cancer", cancer.data, cancer_model.fit(cancer.data, cancer.target)),
+    )
+
+
+def exercise_wine():
+    """(wine table, its classes, fitted StandardScaler + PCA + LogisticRegression): fresh copies to try exercise 3 on."""
+    from sklearn.datasets import load_wine
+
+    _, frame, model = _transfer_cases()[0]
+    return frame.copy(), load_wine().target, copy.deepcopy(model)
+
+
+def _hard_coded_width_message(name: str, found: object, width: int) -> str:
+    return (
+        f"on the {name} table the input has shape {found}, expected (N, {width}): take the width from the frame, "
+        "do not hard-code the wine table's"
+    )
+
+
+def _refuse_a_hard_coded_width(converted, name: str, width: int) -> None:
+    """A declared width that is not the frame's: ONNX Runtime would refuse the file with a shape error that names no cause."""
+    import onnx
+
+    if not isinstance(converted, onnx.ModelProto) or len(converted.graph.input) != 1:
+        return
+    dims = converted.graph.input[0].type.tensor_type.shape.dim
+    declared = [dim.dim_value if dim.HasField("dim_value") else None for dim in dims]
+    if len(declared) == 2 and declared[1] not in (None, width):
+        raise Incorrect(_hard_coded_width_message(name, declared, width))
+
+
+def _check_converter(answer) -> str:
+    if not callable(answer):
+        raise Incorrect(f"expected a function answer(pipeline, frame) that returns an ONNX model, got {type(answer).__name__}")
+    for name, frame, model in _transfer_cases():
+        with blame_answer(f"your function failed on the {name} pipeline"):
+            converted = answer(copy.deepcopy(model), frame.copy())
+        _refuse_a_hard_coded_width(converted, name, frame.shape[1])
+        session = onnx_session(converted, f"{_WHAT} from answer(pipeline, frame)")
+        inputs = [(i.name, i.type, i.shape) for i in session.get_inputs()]
+        width = frame.shape[1]
+        if len(inputs) != 1:
+            raise Incorrect(
+                f"on the {name} table ({width} numeric columns) expected one input {FEATURES!r} float32 (N, {width}), found "
+                f"{len(inputs)} inputs {[i[0] for i in inputs][:4]}...: the DataFrame was given as the sample, which makes "
+                "one input per column; declare one matrix input with initial_types"
+            )
+        input_name, input_type, input_shape = inputs[0]
+        if input_name != FEATURES:
+            raise Incorrect(
+                f"the input is named {input_name!r} (the converter's default); name it {FEATURES!r}: "
+                f"initial_types=[({FEATURES!r}, FloatTensorType([None, n_columns]))]"
+            )
+        if input_type != "tensor(float)":
+            raise Incorrect(f"the input should be float32 (tensor(float)), found {input_type}")
+        if len(input_shape) != 2 or input_shape[1] != width:
+            raise Incorrect(_hard_coded_width_message(name, input_shape, width))
+        features = frame.astype(np.float32)  # both sides see the same float32 numbers
+        verdict = _check_outputs(session, {FEATURES: features.to_numpy()}, model, features)
+    return f"{verdict}, on the wine and the breast cancer pipelines"
+
+
+q3 = Exercise(
+    3,
+    "a converter for any numeric table",
+    _check_converter,
+    hint=(
+        "The sample route names the input 'X' and, given a DataFrame, makes one input per column. initial_types declares "
+        "the input yourself: a list of (name, type) pairs, the type from skl2onnx.common.data_types with a None batch "
+        "dimension and the frame's number of columns."
+    ),
+    solution_code="""
+        from skl2onnx import to_onnx
+        from skl2onnx.common.data_types import FloatTensorType
+
+
+        def answer(pipeline, frame):
+            features = [("features", FloatTensorType([None, frame.shape[1]]))]
+            return to_onnx(pipeline, initial_types=features, options={"zipmap": False}, target_opset={"": 18, "ai.onnx.ml": 3})
+    """,
+)
+
+EXERCISES = [q1, q2, q3]

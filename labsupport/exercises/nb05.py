@@ -497,4 +497,168 @@ q3 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2, q3]
+
+def _unseen_models(folder: Path) -> list[Path]:
+    """Two small models the notebook never opens, written to ``folder``: an int64 and a float input, and two outputs.
+
+    "mixer": Cast(tokens) * scale, then MatMul (tokens int64 and scale float32, both ``["rows", 3]``, output ``scores``);
+    "meter": ReduceSum and ReduceMax over ``signal`` float32 ``["rows", 5]`` (outputs ``total`` and ``peak``).
+    """
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def save(name, nodes, inputs, outputs, initializers=()):
+        graph = helper.make_graph(nodes, name, inputs, outputs, list(initializers))
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+        onnx.checker.check_model(model)
+        path = folder / f"{name}.onnx"
+        onnx.save_model(model, path)
+        return path
+
+    value = helper.make_tensor_value_info
+    mixer = save(
+        "mixer",
+        [
+            helper.make_node("Cast", ["tokens"], ["counts"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["counts", "scale"], ["weighted"]),
+            helper.make_node("MatMul", ["weighted", "mix"], ["scores"]),
+        ],
+        [value("tokens", TensorProto.INT64, ["rows", 3]), value("scale", TensorProto.FLOAT, ["rows", 3])],
+        [value("scores", TensorProto.FLOAT, ["rows", 2])],
+        [numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(3, 2) - 2.5, "mix")],
+    )
+    meter = save(
+        "meter",
+        [
+            helper.make_node("ReduceSum", ["signal", "axis"], ["total"], keepdims=0),
+            helper.make_node("ReduceMax", ["signal", "axis"], ["peak"], keepdims=0),
+        ],
+        [value("signal", TensorProto.FLOAT, ["rows", 5])],
+        [value("total", TensorProto.FLOAT, ["rows"]), value("peak", TensorProto.FLOAT, ["rows"])],
+        [numpy_helper.from_array(np.array([1], dtype=np.int64), "axis")],
+    )
+    return [mixer, meter]
+
+
+REPORT_KEYS = ("session", "provider", "threads", "spinning", "outputs")
+ONES_ROWS = 2
+
+
+def _expected_outputs(path: Path) -> dict:
+    """{output name: array} of one run on ONES_ROWS rows of ones, each input in its own element type."""
+    import numpy as np
+
+    session = open_session(path)
+    dtypes = {"tensor(float)": np.float32, "tensor(int64)": np.int64}
+    feeds = {i.name: np.ones([d if isinstance(d, int) else ONES_ROWS for d in i.shape], dtypes[i.type]) for i in session.get_inputs()}
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+
+
+def _check_session_report(report, path: Path, providers: list, threads: int) -> None:
+    import numpy as np
+
+    if not isinstance(report, dict) or set(report) != set(REPORT_KEYS):
+        found = sorted(report) if isinstance(report, dict) else type(report).__name__
+        raise Incorrect(f"expected a dict with the keys {list(REPORT_KEYS)}, got {found}")
+    session = report["session"]
+    if not isinstance(session, ort.InferenceSession):
+        raise Incorrect(f"report['session'] should be the InferenceSession you opened, got {type(session).__name__}")
+    held = session.get_session_options()  # the session's own copy of its options
+    if held.intra_op_num_threads != threads:
+        raise Incorrect(
+            f"asked for {threads} intra-op thread(s), the session holds intra_op_num_threads={held.intra_op_num_threads}"
+            + (" (0: ORT's default, one thread per physical core)" if held.intra_op_num_threads == 0 else "")
+            + ": set SessionOptions.intra_op_num_threads and pass the options to InferenceSession"
+        )
+    try:
+        spinning = held.get_session_config_entry("session.intra_op.allow_spinning")
+    except Exception:  # ORT raises when the entry was never set: spinning is on by default
+        spinning = "1"
+    if spinning != "0":
+        raise Incorrect(
+            "the session's idle threads still spin (on by default): add_session_config_entry('session.intra_op.allow_spinning', '0')"
+        )
+    primary = session.get_providers()[0]
+    if report["provider"] != primary:
+        raise Incorrect(
+            f"report['provider'] is {report['provider']!r}, but the session runs on {primary!r} first "
+            f"(asked: {[_provider_name(p) for p in providers]}): report what session.get_providers() says, not the wish"
+        )
+    if report["threads"] != held.intra_op_num_threads or report["spinning"] is not False:
+        raise Incorrect(
+            f"report['threads'] and report['spinning'] should be read back from the session (session.get_session_options()): "
+            f"{held.intra_op_num_threads} and False, got {report['threads']!r} and {report['spinning']!r}"
+        )
+    outputs, expected = report["outputs"], _expected_outputs(path)
+    if not isinstance(outputs, dict) or sorted(outputs) != sorted(expected):
+        found = sorted(outputs) if isinstance(outputs, dict) else type(outputs).__name__
+        raise Incorrect(f"report['outputs'] should map every output name {sorted(expected)} to its array, got {found}")
+    for name, want in expected.items():
+        got = np.asarray(outputs[name])
+        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-6, atol=1e-6):
+            raise Incorrect(
+                f"output {name!r} of {path.name}: got shape {got.shape}, expected {want.shape} with values {want.tolist()}: "
+                f"feed {ONES_ROWS} rows of ones, each input in its own type, a symbolic dimension set to {ONES_ROWS}"
+            )
+
+
+def _check_open_and_prove(open_and_prove) -> str:
+    if not callable(open_and_prove):
+        raise Incorrect(f"expected a function (model_path, providers, threads) -> dict, got {type(open_and_prove).__name__}")
+    from labsupport.exercises.checks import blame_answer
+
+    missing = _unavailable_provider()
+    with tempfile.TemporaryDirectory() as folder:
+        mixer, meter = _unseen_models(Path(folder))
+        cases = [(mixer, [missing, CPU], 2), (meter, [CPU], 1), (mixer, [(missing, {}), (CPU, {})], 3)]
+        for path, providers, threads in cases:
+            with warnings.catch_warnings():  # ORT warns about the unavailable provider: that is the lesson, not news
+                warnings.simplefilter("ignore", UserWarning)
+                with blame_answer(f"your function failed on {path.name} with providers={providers}, threads={threads}"):
+                    report = open_and_prove(str(path), providers, threads)
+            _check_session_report(report, path, providers, threads)
+    return (
+        "two models never shown, three priority lists: the provider, thread count and spinning read back from each "
+        "session, and its outputs built from get_inputs() match"
+    )
+
+
+q4 = Exercise(
+    4,
+    "open any model with given options, and prove what it runs with",
+    _check_open_and_prove,
+    hint=(
+        "SessionOptions: intra_op_num_threads and the config entry that stops spinning; InferenceSession(path, options, "
+        "providers=...). Read back with session.get_providers() and session.get_session_options(). Build the feeds "
+        "from session.get_inputs(): each input's .shape (a str is a symbolic dimension) and .type ('tensor(int64)', ...)."
+    ),
+    solution_code="""
+        import numpy as np
+        import onnxruntime as ort
+
+        DTYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(double)": np.float64}
+
+
+        def answer(model_path, providers, threads):
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            session = ort.InferenceSession(model_path, options, providers=providers)
+            feeds = {
+                i.name: np.ones([d if isinstance(d, int) else 2 for d in i.shape], DTYPES[i.type])
+                for i in session.get_inputs()
+            }
+            outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+            held = session.get_session_options()
+            return {
+                "session": session,
+                "provider": session.get_providers()[0],
+                "threads": held.intra_op_num_threads,
+                "spinning": held.get_session_config_entry("session.intra_op.allow_spinning") != "0",
+                "outputs": outputs,
+            }
+    """,
+)
+
+EXERCISES = [q1, q2, q3, q4]

@@ -175,3 +175,64 @@ def test_a_folder_is_named_a_folder(exercise, tmp_path):
     (tmp_path / "art").mkdir()
     outcome = exercise.evaluate(str(tmp_path / "art"))
     assert outcome.status == INCORRECT and "'art' is a folder, not a file" in outcome.message, outcome.message
+
+
+def _features(name, width):
+    from skl2onnx.common.data_types import DoubleTensorType, FloatTensorType
+
+    kind = DoubleTensorType if name == "double" else FloatTensorType
+    return [("features" if name == "double" else name, kind(width))]
+
+
+def _named(name, shape_of):
+    def convert(pipeline, frame):
+        return to_onnx(pipeline, initial_types=_features(name, shape_of(frame)), options={"zipmap": False}, target_opset=OPSET)
+
+    return convert
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (lambda pipeline, frame: to_onnx(pipeline, frame.to_numpy("float32")[:1], options={"zipmap": False}, target_opset=OPSET), "'X'"),
+        (lambda pipeline, frame: to_onnx(pipeline, frame[:1], options={"zipmap": False}, target_opset=OPSET), "one input per column"),
+        (_named("features", lambda frame: [None, 13]), "do not hard-code"),
+        (_named("features", lambda frame: [len(frame), frame.shape[1]]), "single row failed"),
+        (_named("double", lambda frame: [None, frame.shape[1]]), "float32"),
+        (
+            lambda pipeline, frame: to_onnx(pipeline, initial_types=_features("features", [None, frame.shape[1]]), target_opset=OPSET),
+            "zipmap",
+        ),
+        (lambda pipeline, frame: pipeline, "ModelProto"),
+        (nb04.exercise_wine()[2], "function"),
+    ],
+    ids=[
+        "sample-named-X",
+        "dataframe-sample",
+        "wine-width",
+        "fixed-batch",
+        "double-input",
+        "zipmap-default",
+        "returns-pipeline",
+        "not-a-function",
+    ],
+)
+def test_q3_wrong_answers_fail(wrong, reason):
+    outcome = nb04.q3.evaluate(wrong)
+    assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
+
+
+def test_q3_rejects_a_converter_that_refits_the_pipeline():
+    def refit_first(pipeline, frame):
+        labels = (frame.iloc[:, 0] > frame.iloc[:, 0].median()).astype(int)
+        return _named("features", lambda table: [None, table.shape[1]])(pipeline.fit(frame, labels), frame)
+
+    outcome = nb04.q3.evaluate(refit_first)
+    assert outcome.status == INCORRECT and "agree" in outcome.message, outcome.message
+
+
+def test_q3_the_wine_copy_is_the_learners_to_change():
+    frame, target, pipeline = nb04.exercise_wine()
+    frame["alcohol"] = 0.0
+    pipeline.fit(frame, target)
+    assert frame.shape == (178, 13) and nb04.q3.evaluate(nb04.q3.reference_answer()).status == CORRECT

@@ -589,3 +589,67 @@ def _options(value="1", key="session.disable_cpu_ep_fallback", intra=1, inter=0)
 def test_q3_rejects_a_switch_ort_does_not_read_and_the_wrong_pool(wrong, says):
     outcome = nb05.q3.evaluate(wrong)
     assert outcome.status == "incorrect" and says in outcome.message, outcome.message
+
+
+def _q4_variant(*, threads=True, spinning_off=True, provider="session", feed_rows=2, feed_float=False, listed=False):
+    """The reference answer of exercise 4 with one mistake switched on."""
+    import numpy as np
+
+    def open_and_prove(model_path, providers, wanted_threads):
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = wanted_threads
+        if spinning_off:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = ort.InferenceSession(model_path, options, providers=providers)
+        dtypes = {"tensor(float)": np.float32, "tensor(int64)": np.int64}
+        feeds = {
+            i.name: np.ones([d if isinstance(d, int) else feed_rows for d in i.shape], np.float32 if feed_float else dtypes[i.type])
+            for i in session.get_inputs()
+        }
+        results = session.run(None, feeds)
+        first = providers[0]
+        return {
+            "session": session,
+            "provider": session.get_providers()[0] if provider == "session" else (first[0] if isinstance(first, tuple) else first),
+            "threads": wanted_threads,
+            "spinning": False,
+            "outputs": results if listed else dict(zip([o.name for o in session.get_outputs()], results, strict=True)),
+        }
+
+    return open_and_prove
+
+
+@pytest.mark.parametrize(
+    ("wrong", "says"),
+    [
+        (_q4_variant(threads=False), "(0: ORT's default"),
+        (_q4_variant(spinning_off=False), "still spin"),
+        (_q4_variant(provider="wish"), "not the wish"),
+        (_q4_variant(feed_rows=1), "symbolic dimension"),
+        (_q4_variant(feed_float=True), "your function failed on mixer.onnx"),
+        (_q4_variant(listed=True), "should map every output name"),
+        (lambda path, providers, threads: ort.InferenceSession(path, providers=providers), "expected a dict"),
+        (nb05.q3.reference_answer(), "expected a function"),
+    ],
+    ids=[
+        "default-threads",
+        "spinning-on",
+        "reports-the-wish",
+        "one-row",
+        "all-float-feeds",
+        "outputs-as-list",
+        "returns-session",
+        "not-a-function",
+    ],
+)
+def test_q4_wrong_answers_fail(wrong, says):
+    outcome = nb05.q4.evaluate(wrong)
+    assert outcome.status == "incorrect" and says in outcome.message, outcome.message
+
+
+def test_q4_reads_the_threads_from_the_session_not_the_report():
+    echoing = _q4_variant(threads=False)  # reports the thread count it was asked for, but never set it
+    outcome = nb05.q4.evaluate(echoing)
+    assert outcome.status == "incorrect" and "the session holds intra_op_num_threads=0" in outcome.message, outcome.message
+    assert nb05.q4.evaluate(nb05.q4.reference_answer()).status == "correct"
