@@ -113,7 +113,7 @@ class EnvReport:
             lines.append(f"  {name:<{width}}  {version or 'MISSING'}")
         if tooling and not full:
             lines.append(
-                f"+ {len(tooling)} tooling packages (JupyterLab, tests, the classroom hub, the docs site, CI): print(report) lists them"
+                f"+ {len(tooling)} tooling packages (JupyterLab, tests, the classroom hub, the docs site, CI): print() the returned report to list them"
             )
         lines.append(f"ONNX Runtime providers: {', '.join(self.providers) or 'none (onnxruntime missing)'}")
         lines += [f"PROBLEM: {problem}" for problem in self.problems] or ["All checks passed."]
