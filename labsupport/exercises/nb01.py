@@ -1,4 +1,4 @@
-"""Exercises of notebook 01 (ONNX graphs by hand), and ``mlp``, the layer-by-layer builder its section 10 uses.
+"""Exercises of notebook 01 (ONNX graphs by hand), and ``mlp``, the layer-by-layer builder its section 9 uses.
 
 q1 builds ``softmax(x @ W)`` with a dynamic batch from a spec, q2 repairs a broken model so that
 the checker passes and the numbers are right, q3 reads a given model programmatically (per node, which
@@ -43,7 +43,7 @@ def _dense_layer(index: int, source: str, n_in: int, n_out: int, rng: np.random.
 def mlp(
     sizes: Sequence[int], *, name: str = "mlp", seed: int = 1, gemm_layers: Collection[int] = (), probabilities: bool = True
 ) -> onnx.ModelProto:
-    """A multi-layer perceptron built node by node with a Python loop, as an exporter writes one (notebook 01, section 10).
+    """A multi-layer perceptron built node by node with a Python loop, as an exporter writes one (notebook 01, section 9).
 
     ``sizes`` are the widths from the input ``x`` to the output; every layer but the last is followed
     by a Relu; the layers listed in ``gemm_layers`` are one Gemm node instead of MatMul + Add. With
