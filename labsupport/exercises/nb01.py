@@ -295,8 +295,10 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
 
 
 def _q4_inputs(batch: int) -> np.ndarray:
-    """Random rows with a constant last row: its variance is 0, so only the epsilon keeps it finite."""
+    """Random rows, then a row of variance 1e-4 (where the epsilon's place shows) and a constant row (variance 0)."""
     x = (_rng().standard_normal((batch, Q4_FEATURES)) * 3 + 2).astype(np.float32)
+    if batch > 1:
+        x[-2] = 1.5 + 0.01 * np.resize([1.0, -1.0], Q4_FEATURES)
     x[-1] = 1.5
     return x
 
@@ -333,6 +335,9 @@ def _compare_q4(x: np.ndarray, y: np.ndarray) -> None:
     if np.allclose(y, x - x.mean(axis=-1, keepdims=True), atol=1e-4):
         raise Incorrect("y is x minus its row mean, not divided by sqrt(var + 1e-5)")
     centered = x - x.mean(axis=-1, keepdims=True)
+    std = np.sqrt((centered**2).mean(axis=-1, keepdims=True))
+    if np.allclose(y, centered / (std + Q4_EPSILON), atol=1e-4):
+        raise Incorrect("the epsilon is added to the square root; add it to the variance, inside the Sqrt")
     if np.allclose(y, centered / np.sqrt((x**2).mean(axis=-1, keepdims=True) + Q4_EPSILON), atol=1e-4):
         raise Incorrect("the variance is the mean of (x - mean)**2, not of x**2")
     raise Incorrect("y is not (x - mean) / sqrt(var + 1e-5) over the last axis (var is the mean of (x - mean)**2)")

@@ -235,7 +235,7 @@ def _norm_model(nodes, initializers, *, opset=OPSET, out_batch="batch", features
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION)
 
 
-def _norm_nodes(*, axis=-1, eps=True, center_var=True, divide=True, keepdims=1):
+def _norm_nodes(*, axis=-1, eps=True, center_var=True, divide=True, keepdims=1, eps_outside=False):
     axes = numpy_helper.from_array(np.array([axis], np.int64), "axes")
     nodes = [
         helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=keepdims),
@@ -244,6 +244,10 @@ def _norm_nodes(*, axis=-1, eps=True, center_var=True, divide=True, keepdims=1):
         helper.make_node("ReduceMean", ["squared", "axes"], ["var"], keepdims=keepdims),
         helper.make_node("Add", ["var", "eps"], ["var_eps"]) if eps else helper.make_node("Identity", ["var"], ["var_eps"]),
         helper.make_node("Sqrt", ["var_eps"], ["std"]),
+    ]
+    if eps_outside:  # sqrt(var) + eps
+        nodes[4:6] = [helper.make_node("Sqrt", ["var"], ["root"]), helper.make_node("Add", ["root", "eps"], ["std"])]
+    nodes += [
         helper.make_node("Div", ["centered", "std"], ["y"]) if divide else helper.make_node("Identity", ["centered"], ["y"]),
     ]
     return nodes, [axes, numpy_helper.from_array(np.array(1e-5, np.float32), "eps")]
@@ -275,6 +279,7 @@ def test_q4_names_each_mistake():
         "add the epsilon": _norm_model(*_norm_nodes(eps=False)),
         "x minus its row mean": _norm_model(*_norm_nodes(divide=False)),
         "not of x**2": _norm_model(*_norm_nodes(center_var=False)),
+        "inside the Sqrt": _norm_model(*_norm_nodes(eps_outside=True)),
         "fixed to 1": _norm_model(*_norm_nodes(), out_batch=1),
         "full_check=True) fails": attr_axes,  # ReduceMean's axes attribute is gone since opset 18
         "keepdims=0 on a Reduce node": _norm_model(*_norm_nodes(keepdims=0), out_batch="batch"),
