@@ -37,6 +37,8 @@ FIX_HINT = (
 DEPLOY_PACKAGES = {"onnx-service": "deploy/service", "onnx-web-demo": "deploy/web"}
 # the graphviz pip package only calls the `dot` program, which is a system package
 DOT_FIX = "install Graphviz: `apt-get install graphviz` (Debian/Ubuntu), `conda install graphviz` or `brew install graphviz`"
+# requirements.txt headings of the tooling no lesson imports: report(full=False) counts these packages instead of listing them
+TOOLING_HEADINGS = ("JupyterLab and tests", "the classroom", "the course website", "CI workflows")
 DEPLOY_FIX = "from the repo root: pip install --no-deps -e . -e deploy/service -e deploy/web (make lab does it)"
 
 
@@ -94,14 +96,25 @@ class EnvReport:
         return not self.problems
 
     def __str__(self) -> str:
+        return self.describe(full=True)
+
+    def describe(self, *, full: bool = True) -> str:
+        """The report as text; ``full=False`` lists only the packages the lessons use and counts the tooling ones."""
         width = max(map(len, self.packages), default=10)
         lines = [f"Python {self.python} on {self.platform}, {self.cpu_limits or f'{self.cpu_count} CPU cores'}"]
         heading = None
+        tooling = [name for name in self.packages if self.sections.get(name, "").startswith(TOOLING_HEADINGS)]
         for name, version in self.packages.items():
+            if not full and name in tooling:
+                continue
             if self.sections.get(name, "") != heading:
                 heading = self.sections.get(name, "")
                 lines.append(f"{heading or 'other'}:")
             lines.append(f"  {name:<{width}}  {version or 'MISSING'}")
+        if tooling and not full:
+            lines.append(
+                f"+ {len(tooling)} tooling packages (JupyterLab, tests, the classroom hub, the docs site, CI): print() the returned report to list them"
+            )
         lines.append(f"ONNX Runtime providers: {', '.join(self.providers) or 'none (onnxruntime missing)'}")
         lines += [f"PROBLEM: {problem}" for problem in self.problems] or ["All checks passed."]
         return "\n".join(lines)
@@ -164,8 +177,12 @@ def pinned_sections(requirements: Path | None = None) -> dict[str, str]:
     return sections
 
 
-def report(show: bool = True) -> EnvReport:
-    """Versions of every course package, Python, ORT providers and CPU counts; printed unless show=False."""
+def report(show: bool = True, *, full: bool = True) -> EnvReport:
+    """Versions of every course package, Python, ORT providers and CPU counts; printed unless show=False.
+
+    ``full=False`` prints the packages the lessons use and only counts the tooling (tests, docs, hub, CI); every
+    problem is printed either way, and ``print(result)`` shows the full list.
+    """
     pins = pinned_versions()
     problems = check_versions(list(pins), pins)
     if sys.version_info[:2] != PYTHON_SERIES:
@@ -198,7 +215,7 @@ def report(show: bool = True) -> EnvReport:
         cpu_limits=cpus.describe() if cpus else "",
     )
     if show:
-        print(result)
+        print(result.describe(full=full))
     return result
 
 

@@ -1,4 +1,4 @@
-"""Exercises of notebook 00 (how exercises work)."""
+"""Exercises of notebook 00 (how exercises work); q3 applies the recipe (train, export, run, check) to the wine data."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 from labsupport.course.data import PIXEL_MAX, load_digits
 from labsupport.exercises import Exercise, Incorrect
-from labsupport.exercises.checks import expect_value, whole_number
+from labsupport.exercises.checks import blame_answer, expect_value, onnx_session, whole_number
 
 # a bright image (its maximum is 16) and a faint one (maximum 8): dividing by the image's own maximum fails the second;
 # odd pixels (1, 7, 15) catch an answer that halves first and so loses the last bit, (p // 2) / 8
@@ -91,6 +91,63 @@ def _check_count(count) -> str:
     return f"{truth} test images show an {COUNTED_DIGIT}"
 
 
+# q3: the recipe on another bundled data set: 178 wines, 13 measurements, 3 cultivars
+WINE_INPUT = "measurements"
+WINE_FEATURES = 13
+WINE_MIN_ACCURACY = 0.9  # any reasonable classifier fitted on wine is above it; one fitted on other data is not
+
+
+def _wine() -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_wine
+
+    data, target = load_wine(return_X_y=True)
+    return data.astype(np.float32), target
+
+
+def _check_wine(answer) -> str:
+    if not isinstance(answer, tuple) or len(answer) != 2:
+        raise Incorrect(f"expected a pair (fitted scikit-learn model, ONNX model), got {type(answer).__name__}")
+    estimator, onnx_model = answer
+    if not hasattr(estimator, "predict_proba"):
+        raise Incorrect(f"the first item must be the fitted scikit-learn classifier, got {type(estimator).__name__}")
+    if getattr(estimator, "n_features_in_", None) != WINE_FEATURES:
+        seen = getattr(estimator, "n_features_in_", "no")
+        raise Incorrect(f"the classifier was fitted on {seen} features; the wine data has {WINE_FEATURES} (load_wine)")
+    X, y = _wine()
+    accuracy = float((estimator.predict(X) == y).mean())
+    if accuracy < WINE_MIN_ACCURACY:
+        raise Incorrect(f"the classifier gets {accuracy:.0%} of the wines right: fit it on load_wine's data and target")
+    session = onnx_session(onnx_model, "the ONNX model (a ModelProto or a .onnx path)")
+    _wine_signature(session)
+    with blame_answer("ONNX Runtime fails on the wine data"):
+        labels, probabilities = session.run(None, {WINE_INPUT: X})[:2]
+    if not (labels == estimator.predict(X)).all():
+        raise Incorrect("the ONNX labels differ from your classifier's predict(): export the classifier you return")
+    if not np.allclose(probabilities, estimator.predict_proba(X), rtol=1e-4, atol=1e-5):
+        raise Incorrect("the ONNX probabilities differ from predict_proba() beyond atol 1e-5: export the classifier you return")
+    return f"the ONNX model agrees with your classifier on all {len(X)} wines ({accuracy:.0%} right)"
+
+
+def _wine_signature(session) -> None:
+    """``Incorrect`` unless the model takes float32 [N, 13] named ``measurements`` and returns label and probabilities."""
+    inputs = session.get_inputs()
+    if [i.name for i in inputs] != [WINE_INPUT]:
+        raise Incorrect(
+            f"the model must have one input named {WINE_INPUT!r}, it has {[i.name for i in inputs]}: name it with "
+            f"initial_types=[({WINE_INPUT!r}, FloatTensorType([None, {WINE_FEATURES}]))]"
+        )
+    if inputs[0].type != "tensor(float)":
+        raise Incorrect(f"the input must be float32 (tensor(float)), it is {inputs[0].type}: use FloatTensorType")
+    if len(inputs[0].shape) != 2 or inputs[0].shape[1] != WINE_FEATURES or isinstance(inputs[0].shape[0], int):
+        raise Incorrect(f"the input shape must be [None, {WINE_FEATURES}] (any number of rows), it is {inputs[0].shape}")
+    outputs = session.get_outputs()
+    if len(outputs) < 2 or outputs[1].type != "tensor(float)":
+        raise Incorrect(
+            f"the second output must be the probabilities as one float32 array, it is {outputs[1].type if len(outputs) > 1 else 'missing'}: "
+            "pass options={'zipmap': False} to to_onnx, as the recipe does"
+        )
+
+
 q1 = Exercise(
     1,
     "scale raw pixels",
@@ -116,4 +173,31 @@ q2 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2]
+q3 = Exercise(
+    3,
+    "the recipe on the wine data",
+    _check_wine,
+    hint=(
+        "sklearn.datasets.load_wine(return_X_y=True) gives the data; fit a classifier on it as float32. To name the input, "
+        "pass initial_types=[('measurements', FloatTensorType([None, 13]))] to to_onnx instead of X[:1] "
+        "(from skl2onnx.common.data_types import FloatTensorType), and keep options={'zipmap': False}."
+    ),
+    solution_code="""
+        import numpy as np
+        from skl2onnx import to_onnx
+        from skl2onnx.common.data_types import FloatTensorType
+        from sklearn.datasets import load_wine
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        X, y = load_wine(return_X_y=True)
+        wine_model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(X.astype(np.float32), y)
+        wine_onnx = to_onnx(
+            wine_model, initial_types=[("measurements", FloatTensorType([None, 13]))], options={"zipmap": False}
+        )
+        answer = (wine_model, wine_onnx)
+    """,
+)
+
+EXERCISES = [q1, q2, q3]

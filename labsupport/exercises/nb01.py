@@ -1,7 +1,8 @@
-"""Exercises of notebook 01 (ONNX graphs by hand), and ``mlp``, the layer-by-layer builder its section 10 uses.
+"""Exercises of notebook 01 (ONNX graphs by hand), and ``mlp``, the layer-by-layer builder its section 9 uses.
 
 q1 builds ``softmax(x @ W)`` with a dynamic batch from a spec, q2 repairs a broken model so that
-the checker passes and the numbers are right, q3 reads a given model programmatically.
+the checker passes and the numbers are right, q3 reads a given model programmatically (per node, which
+``summarize`` does not print), q4 builds a graph the notebook has not shown (row normalization) by hand.
 The checkers run the learner's model with ONNX Runtime and compare it with numpy.
 """
 
@@ -17,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from labsupport.course.compare import softmax
 from labsupport.exercises import Exercise, Incorrect
-from labsupport.exercises.checks import blame_answer, expect_value, onnx_session, whole_number
+from labsupport.exercises.checks import blame_answer, onnx_session, whole_number
 from labsupport.models.contract import IR_VERSION, OPSET
 
 
@@ -42,7 +43,7 @@ def _dense_layer(index: int, source: str, n_in: int, n_out: int, rng: np.random.
 def mlp(
     sizes: Sequence[int], *, name: str = "mlp", seed: int = 1, gemm_layers: Collection[int] = (), probabilities: bool = True
 ) -> onnx.ModelProto:
-    """A multi-layer perceptron built node by node with a Python loop, as an exporter writes one (notebook 01, section 10).
+    """A multi-layer perceptron built node by node with a Python loop, as an exporter writes one (notebook 01, section 9).
 
     ``sizes`` are the widths from the input ``x`` to the output; every layer but the last is followed
     by a Relu; the layers listed in ``gemm_layers`` are one Gemm node instead of MatMul + Add. With
@@ -235,45 +236,116 @@ def mystery_model() -> onnx.ModelProto:
     return mlp([16, 32, 32, 24, 10, 3], name="mystery", seed=101, gemm_layers={2}, probabilities=False)
 
 
-def _is_pair(answer: object) -> bool:
-    """Whether ``answer`` is an ordered two-element sequence: a tuple, list or 1-D array (not a string or set)."""
-    if isinstance(answer, np.ndarray):
-        return answer.shape == (2,)
-    return isinstance(answer, Sequence) and not isinstance(answer, (str, bytes)) and len(answer) == 2
+def _reads_initializers(model: onnx.ModelProto) -> list[tuple[str, int]]:
+    """``(op_type, numbers in the initializers it reads)`` for each node that reads one, in graph order."""
+    sizes = {tensor.name: int(np.prod(tensor.dims)) for tensor in model.graph.initializer}
+    return [
+        (node.op_type, sum(sizes[name] for name in node.input if name in sizes))
+        for node in model.graph.node
+        if any(name in sizes for name in node.input)
+    ]
+
+
+def _as_pairs(answer: object) -> list[tuple[str, int]]:
+    """The answer as a list of ``(op_type, count)``, or ``Incorrect`` saying what shape was expected."""
+    expected = "expected a list of (op_type, parameters) pairs, one per node that reads an initializer, in graph order"
+    if isinstance(answer, (str, bytes, dict)) or not isinstance(answer, Sequence):
+        raise Incorrect(f"{expected}; got {type(answer).__name__}")
+    pairs = []
+    for item in answer:
+        if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 2 or not isinstance(item[0], str):
+            raise Incorrect(f"{expected}; the item {item!r} is not an (op_type, parameters) pair")
+        pairs.append((item[0], whole_number(item[1], f"parameters of the {item[0]} node")))
+    return pairs
 
 
 def _check_q3(answer: object) -> str:
-    if not _is_pair(answer):
-        raise Incorrect(f"expected a pair (number of MatMul nodes, number of parameters), got {answer!r}")
-    matmuls = whole_number(answer[0], "number of MatMul nodes")
-    params = whole_number(answer[1], "number of parameters")
+    pairs = _as_pairs(answer)
     model = mystery_model()
-    true_matmuls = sum(node.op_type == "MatMul" for node in model.graph.node)
-    sizes = {tensor.name: int(np.prod(tensor.dims)) for tensor in model.graph.initializer}
-    true_params = sum(sizes.values())
-    expect_value(
-        matmuls,
-        true_matmuls,
-        mistakes=[
-            (len(model.graph.node), f"{matmuls} is the number of all nodes; count only those whose op_type is 'MatMul'"),
-            (true_matmuls + 1, "a Gemm node is not a MatMul node (even though it also multiplies matrices)"),
-        ],
-        wrong=f"{matmuls} is not the number of MatMul nodes",
-    )
-    expect_value(
-        params,
-        true_params,
-        mistakes=[
-            (
-                sum(size for name, size in sizes.items() if "bias" not in name),
-                "that counts the weight matrices only; the biases are parameters too",
-            ),
-            (len(sizes), "that is the number of initializers; count the numbers inside them (product of dims)"),
-            (4 * true_params, "that is the size in bytes (4 per float32); count the numbers, not their bytes"),
-        ],
-        wrong=f"{params} is not the number of parameters (elements of all initializers)",
-    )
-    return f"{true_matmuls} MatMul nodes and {true_params:,} parameters"
+    truth = _reads_initializers(model)
+    if pairs == truth:
+        return f"{len(truth)} nodes read initializers; the Gemm reads {dict(truth)['Gemm']:,} numbers (weight and bias)"
+    if len(pairs) == len(model.graph.node):
+        raise Incorrect(f"you listed all {len(pairs)} nodes; list only the nodes that read an initializer (a Relu reads none)")
+    if sorted(pairs) == sorted(truth):
+        raise Incorrect("the right pairs in another order: list them in graph order (the order of model.graph.node)")
+    if [op for op, _ in pairs] != [op for op, _ in truth]:
+        raise Incorrect(f"the op types, in order, should be {[op for op, _ in truth]}; you gave {[op for op, _ in pairs]}")
+    for (op, got), (_, want) in zip(pairs, truth, strict=True):
+        if got == want:
+            continue
+        if got == 4 * want:
+            raise Incorrect(f"{got} for the {op} node is its size in bytes (4 per float32); count the numbers")
+        if op == "Gemm" and got < want:
+            raise Incorrect(f"{got} for the Gemm node counts only part of what it reads: it reads its weight and its bias")
+        raise Incorrect(f"{got} is not the number of parameters the {op} node reads (the product of each initializer's dims)")
+    raise Incorrect("the pairs do not describe mystery_model()")
+
+
+# q4: a graph the notebook has not built: normalize each row (layer normalization without scale and shift)
+Q4_FEATURES = 8
+Q4_EPSILON = 1e-5
+_FUSED_NORMS = {"LayerNormalization", "MeanVarianceNormalization", "GroupNormalization", "InstanceNormalization"}
+
+
+def normalize_rows(x: np.ndarray) -> np.ndarray:
+    """``(x - mean) / sqrt(var + 1e-5)`` over the last axis: what q4's model must compute."""
+    mean = x.mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + Q4_EPSILON)
+
+
+def _q4_inputs(batch: int) -> np.ndarray:
+    """Random rows, then a row of variance 1e-4 (where the epsilon's place shows) and a constant row (variance 0)."""
+    x = (_rng().standard_normal((batch, Q4_FEATURES)) * 3 + 2).astype(np.float32)
+    if batch > 1:
+        x[-2] = 1.5 + 0.01 * np.resize([1.0, -1.0], Q4_FEATURES)
+    x[-1] = 1.5
+    return x
+
+
+def _check_q4(answer: object) -> str:
+    model = _as_model(answer, "the row-normalization model")
+    _full_check(model)
+    if fused := sorted({node.op_type for node in model.graph.node} & _FUSED_NORMS):
+        raise Incorrect(f"build it from elementary operators (ReduceMean, Sub, Mul, Add, Sqrt, Div), not {fused[0]}")
+    _single_input(model, "x", Q4_FEATURES)
+    if [v.name for v in model.graph.output] != ["y"]:
+        raise Incorrect(f"the model must have one output named 'y', it has {[v.name for v in model.graph.output]}")
+    _dynamic_batch_output(model, "y")
+    session = _runtime_session(model)
+    dropped = any(a.name == "keepdims" and a.i == 0 for node in model.graph.node for a in node.attribute)
+    why = " (keepdims=0 on a Reduce node drops the axis that x - mean needs to broadcast)" if dropped else ""
+    for batch in (1, 5):
+        x = _q4_inputs(batch)
+        with blame_answer(f"ONNX Runtime fails on a batch of {batch}{why}"):
+            (y,) = session.run(["y"], {"x": x})
+        _compare_q4(x, np.asarray(y))
+    return "(x - mean) / sqrt(var + 1e-5) per row, at batch 1 and 5: ONNX Runtime and numpy agree"
+
+
+def _compare_q4(x: np.ndarray, y: np.ndarray) -> None:
+    if y.shape != x.shape:
+        raise Incorrect(f"for x of shape {x.shape} y must have the same shape, got {y.shape} (keepdims=1 keeps the row axis)")
+    if not np.isfinite(y).all():
+        raise Incorrect("a constant row (variance 0) gives NaN or inf: add the epsilon 1e-5 to the variance before Sqrt")
+    if np.allclose(y, normalize_rows(x), atol=1e-4):
+        return
+    if len(x) > 1 and np.allclose(y, _normalize_columns(x), atol=1e-4):
+        raise Incorrect("y is normalized over the batch axis (0); normalize each row, over the last axis (-1)")
+    if np.allclose(y, x - x.mean(axis=-1, keepdims=True), atol=1e-4):
+        raise Incorrect("y is x minus its row mean, not divided by sqrt(var + 1e-5)")
+    centered = x - x.mean(axis=-1, keepdims=True)
+    std = np.sqrt((centered**2).mean(axis=-1, keepdims=True))
+    if np.allclose(y, centered / (std + Q4_EPSILON), atol=1e-4):
+        raise Incorrect("the epsilon is added to the square root; add it to the variance, inside the Sqrt")
+    if np.allclose(y, centered / np.sqrt((x**2).mean(axis=-1, keepdims=True) + Q4_EPSILON), atol=1e-4):
+        raise Incorrect("the variance is the mean of (x - mean)**2, not of x**2")
+    raise Incorrect("y is not (x - mean) / sqrt(var + 1e-5) over the last axis (var is the mean of (x - mean)**2)")
+
+
+def _normalize_columns(x: np.ndarray) -> np.ndarray:
+    mean = x.mean(axis=0, keepdims=True)
+    return (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=0, keepdims=True) + Q4_EPSILON)
 
 
 q1 = Exercise(
@@ -329,18 +401,56 @@ q3 = Exercise(
     "read a model programmatically",
     _check_q3,
     hint=(
-        "Walk model.graph.node and count node.op_type == 'MatMul' (or use labsupport.onnxutil.graph.op_histogram). "
-        "Parameters are the elements of every initializer: math.prod(t.dims) summed over model.graph.initializer."
+        "Make a dict {initializer name: number of elements} from model.graph.initializer (math.prod(t.dims)), then walk "
+        "model.graph.node in order and, for each node with an input in that dict, sum the sizes of those inputs."
     ),
     solution_code="""
         import math
         from labsupport.exercises.nb01 import mystery_model
 
         model = mystery_model()
-        matmuls = sum(node.op_type == "MatMul" for node in model.graph.node)
-        parameters = sum(math.prod(t.dims) for t in model.graph.initializer)
-        answer = (matmuls, parameters)
+        sizes = {t.name: math.prod(t.dims) for t in model.graph.initializer}
+        answer = [
+            (node.op_type, sum(sizes[name] for name in node.input if name in sizes))
+            for node in model.graph.node
+            if any(name in sizes for name in node.input)
+        ]
     """,
 )
 
-EXERCISES: list[Exercise] = [q1, q2, q3]
+q4 = Exercise(
+    4,
+    "normalize each row, by hand",
+    _check_q4,
+    hint=(
+        "Five kinds of node: ReduceMean(x, axes) with keepdims=1 (opset 18 on: axes is an input, an int64 initializer "
+        "[-1]), Sub, Mul (the square), ReduceMean again, Add the epsilon, Sqrt, Div. Scalars such as 1e-5 are float32 "
+        "initializers of shape []."
+    ),
+    solution_code=f"""
+        import numpy as np
+        from onnx import TensorProto, helper, numpy_helper
+
+        graph = helper.make_graph(
+            [
+                helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=1),
+                helper.make_node("Sub", ["x", "mean"], ["centered"]),
+                helper.make_node("Mul", ["centered", "centered"], ["squared"]),
+                helper.make_node("ReduceMean", ["squared", "axes"], ["var"], keepdims=1),
+                helper.make_node("Add", ["var", "eps"], ["var_eps"]),
+                helper.make_node("Sqrt", ["var_eps"], ["std"]),
+                helper.make_node("Div", ["centered", "std"], ["y"]),
+            ],
+            "normalize_rows",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+            [
+                numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+                numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+            ],
+        )
+        answer = helper.make_model(graph, opset_imports=[helper.make_opsetid("", {OPSET})], ir_version={IR_VERSION})
+    """,
+)
+
+EXERCISES: list[Exercise] = [q1, q2, q3, q4]

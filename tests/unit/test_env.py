@@ -135,3 +135,18 @@ def test_report_groups_the_packages_under_the_requirements_headings(tmp_path):
     assert sections == {"onnx": "ONNX core", "onnxruntime": "ONNX core", "torch": "frameworks"}
     text = str(env.EnvReport("3.11", "Linux", 2, {"onnx": "1.0", "onnxruntime": None, "torch": "3.0"}, [], sections=sections))
     assert text.splitlines()[1:6] == ["ONNX core:", "  onnx         1.0", "  onnxruntime  MISSING", "frameworks:", "  torch        3.0"]
+
+
+def test_short_report_lists_the_lesson_packages_and_counts_the_tooling(capsys):
+    sections = {"onnx": "ONNX core", "pytest": "JupyterLab and tests", "sphinx": "the course website (make docs)"}
+    packages = {"onnx": "1.0", "pytest": "9.0", "sphinx": None}
+    result = env.EnvReport("3.11", "Linux", 2, packages, [], problems=["sphinx is not installed"], sections=sections)
+    short = result.describe(full=False)
+    assert "onnx" in short and "pytest" not in short and "  sphinx" not in short
+    assert "+ 2 tooling packages" in short and "PROBLEM: sphinx is not installed" in short  # a problem is never hidden
+    assert "pytest" in str(result) and "sphinx" in str(result)
+    printed = env.report(full=False)
+    out = capsys.readouterr().out
+    assert "onnxruntime" in out and "zizmor" not in out and ("All checks passed." in out) == printed.ok
+    headings = set(env.pinned_sections().values())
+    assert all(any(h.startswith(prefix) for h in headings) for prefix in env.TOOLING_HEADINGS)  # no stale prefix

@@ -123,3 +123,62 @@ def test_q1_rejects_more_wrong_scalers_and_keeps_its_inputs(wrong):
     assert nb00.q1.evaluate(wrong).status == INCORRECT
     assert nb00.SCALE_INPUTS[0].tolist() == [[0, 8, 16], [4, 12, 2], [1, 7, 15]]
     assert nb00.q1.evaluate(lambda p: (np.asarray(p) / 16).astype(np.float32)).status == CORRECT
+
+
+@pytest.fixture(scope="module")
+def wine():
+    from sklearn.datasets import load_wine
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_wine(return_X_y=True)
+    X = X.astype(np.float32)
+    return X, y, make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(X, y)
+
+
+def _wine_onnx(model, *, name="measurements", tensor_type=None, shape=(None, 13), zipmap=False):
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType
+
+    initial = [(name, (tensor_type or FloatTensorType)(list(shape)))]
+    return to_onnx(model, initial_types=initial, options={"zipmap": zipmap})
+
+
+def test_nb00_q3_accepts_the_recipe_on_wine_with_other_classifiers(wine, tmp_path):
+    from sklearn.ensemble import RandomForestClassifier
+
+    X, y, model = wine
+    assert nb00.q3.evaluate((model, _wine_onnx(model))).status == CORRECT
+    forest = RandomForestClassifier(n_estimators=20, random_state=0).fit(X, y)
+    path = tmp_path / "forest.onnx"
+    path.write_bytes(_wine_onnx(forest).SerializeToString())
+    assert nb00.q3.evaluate((forest, str(path))).status == CORRECT  # a path is fine too
+
+
+def test_nb00_q3_names_each_mistake(wine):
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import DoubleTensorType
+    from sklearn.datasets import load_digits as sklearn_digits
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.tree import DecisionTreeClassifier
+
+    X, y, model = wine
+    digits_X, digits_y = sklearn_digits(return_X_y=True)
+    digits_model = LogisticRegression(max_iter=200).fit(digits_X[:300] / 16, digits_y[:300])
+    shuffled = LogisticRegression(max_iter=1000).fit(X, np.random.default_rng(0).permutation(y))
+    tree = DecisionTreeClassifier(max_depth=2, random_state=0).fit(X, y)
+    wrong = {
+        "expected a pair": _wine_onnx(model),
+        "fitted scikit-learn classifier": (_wine_onnx(model), model),
+        "fitted on 64 features": (digits_model, _wine_onnx(model)),
+        "of the wines right": (shuffled, _wine_onnx(shuffled)),
+        "one input named 'measurements'": (model, to_onnx(model, X[:1], options={"zipmap": False})),
+        "must be float32": (model, _wine_onnx(model, tensor_type=DoubleTensorType)),
+        "shape must be [None, 13]": (model, _wine_onnx(model, shape=(1, 13))),
+        "zipmap": (model, _wine_onnx(model, zipmap=True)),
+        "export the classifier you return": (model, _wine_onnx(tree)),
+    }
+    for reason, answer in wrong.items():
+        outcome = nb00.q3.evaluate(answer)
+        assert outcome.status == INCORRECT and reason in outcome.message, (reason, outcome.message)

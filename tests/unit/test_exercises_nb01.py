@@ -71,7 +71,7 @@ def test_q1_accepts_gemm_with_the_weight_stored_transposed():
 
 
 def test_every_exercise_is_listed():
-    assert [q1, q2, q3] == nb01.EXERCISES
+    assert [q1, q2, q3, nb01.q4] == nb01.EXERCISES
 
 
 def test_q1_accepts_any_symbolic_batch_name():
@@ -184,37 +184,111 @@ def test_q2_broken_model_really_fails_the_checker():
         onnx.checker.check_model(broken_model(), full_check=True)
 
 
-def test_q3_truth_and_wrong_answers():
+def _q3_truth() -> list[tuple[str, int]]:
     model = mystery_model()
-    onnx.checker.check_model(model, full_check=True)
+    sizes = {t.name: math.prod(t.dims) for t in model.graph.initializer}
+    return [(n.op_type, sum(sizes[i] for i in n.input if i in sizes)) for n in model.graph.node if any(i in sizes for i in n.input)]
+
+
+def test_q3_truth_and_wrong_answers():
+    onnx.checker.check_model(mystery_model(), full_check=True)
+    truth = _q3_truth()
+    assert q3.evaluate(truth).status == CORRECT
+    assert q3.evaluate(tuple((op, np.int64(n)) for op, n in truth)).status == CORRECT
+    model = mystery_model()
     matmuls = sum(n.op_type == "MatMul" for n in model.graph.node)
     params = sum(math.prod(t.dims) for t in model.graph.initializer)
-    assert q3.evaluate((matmuls, params)).status == CORRECT
-    assert q3.evaluate([np.int64(matmuls), np.int64(params)]).status == CORRECT
+    gemm = next(i for i, (op, _) in enumerate(truth) if op == "Gemm")
+    weight_only = list(truth)
+    weight_only[gemm] = ("Gemm", 32 * 24)
+    in_bytes = [(op, 4 * n) for op, n in truth]
+    every_node = [(n.op_type, dict(truth).get(n.op_type, 0)) for n in model.graph.node]
     wrong = {
-        (len(model.graph.node), params): "number of all nodes",
-        (matmuls + 1, params): "Gemm node is not a MatMul",
-        (matmuls, len(model.graph.initializer)): "number of initializers",
-        (matmuls, params - sum(math.prod(t.dims) for t in model.graph.initializer if "bias" in t.name)): "biases are parameters too",
-        (matmuls, params + 1): "is not the number of parameters",
-        (matmuls, float(params)): "whole number",
-        (matmuls, 4 * params): "size in bytes",
-        (params, matmuls): "is not the number of MatMul nodes",
+        "(op_type, parameters) pairs": (matmuls, params),  # the totals summarize() prints: the old question's answer
+        "only the nodes that read an initializer": every_node,
+        "graph order": sorted(truth),
+        "its weight and its bias": weight_only,
+        "size in bytes": in_bytes,
+        "op types, in order": [("MatMul", n) if op == "Gemm" else (op, n) for op, n in truth],
+        "is not the number of parameters the Add node reads": [(op, n + 1 if op == "Add" else n) for op, n in truth],
+        "whole number": [(op, float(n)) for op, n in truth],
     }
-    for answer, reason in wrong.items():
+    for reason, answer in wrong.items():
         outcome = q3.evaluate(answer)
         assert outcome.status == INCORRECT and reason in outcome.message, (answer, outcome.message)
-    assert q3.evaluate(matmuls).status == INCORRECT
 
 
-def test_q3_accepts_any_ordered_pair_and_rejects_other_containers():
-    model = mystery_model()
-    matmuls = sum(n.op_type == "MatMul" for n in model.graph.node)
-    params = sum(math.prod(t.dims) for t in model.graph.initializer)
-    assert q3.evaluate(np.array([matmuls, params])).status == CORRECT  # review 4: rejected as "expected a pair"
-    for not_a_pair in ({matmuls, params}, np.array([[matmuls, params]]), "42", (matmuls, params, 0)):
-        outcome = q3.evaluate(not_a_pair)
-        assert outcome.status == INCORRECT and "expected a pair" in outcome.message, (not_a_pair, outcome.message)
+def test_q3_needs_the_per_node_loop_not_the_totals_summarize_prints():
+    for not_a_list in ({"MatMul": 4}, "MatMul 4", 2675, [("MatMul",)], [(4, "MatMul")]):
+        outcome = q3.evaluate(not_a_list)
+        assert outcome.status == INCORRECT and "expected a list of (op_type, parameters) pairs" in outcome.message, outcome.message
+
+
+def _norm_model(nodes, initializers, *, opset=OPSET, out_batch="batch", features=8):
+    graph = helper.make_graph(
+        nodes,
+        "q4",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [out_batch, features])],
+        initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION)
+
+
+def _norm_nodes(*, axis=-1, eps=True, center_var=True, divide=True, keepdims=1, eps_outside=False):
+    axes = numpy_helper.from_array(np.array([axis], np.int64), "axes")
+    nodes = [
+        helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=keepdims),
+        helper.make_node("Sub", ["x", "mean"], ["centered"]),
+        helper.make_node("Mul", ["centered" if center_var else "x"] * 2, ["squared"]),
+        helper.make_node("ReduceMean", ["squared", "axes"], ["var"], keepdims=keepdims),
+        helper.make_node("Add", ["var", "eps"], ["var_eps"]) if eps else helper.make_node("Identity", ["var"], ["var_eps"]),
+        helper.make_node("Sqrt", ["var_eps"], ["std"]),
+    ]
+    if eps_outside:  # sqrt(var) + eps
+        nodes[4:6] = [helper.make_node("Sqrt", ["var"], ["root"]), helper.make_node("Add", ["root", "eps"], ["std"])]
+    nodes += [
+        helper.make_node("Div", ["centered", "std"], ["y"]) if divide else helper.make_node("Identity", ["centered"], ["y"]),
+    ]
+    return nodes, [axes, numpy_helper.from_array(np.array(1e-5, np.float32), "eps")]
+
+
+def test_q4_reference_and_variants_pass():
+    assert nb01.q4.evaluate(_norm_model(*_norm_nodes())).status == CORRECT
+    assert nb01.q4.evaluate(_norm_model(*_norm_nodes(axis=1))).status == CORRECT  # axis 1 is the last axis of [batch, 8]
+    nodes, initializers = _norm_nodes()
+    nodes[2] = helper.make_node("Pow", ["centered", "two"], ["squared"])  # Pow instead of Mul
+    initializers.append(numpy_helper.from_array(np.array(2.0, np.float32), "two"))
+    assert nb01.q4.evaluate(_norm_model(nodes, initializers)).status == CORRECT
+
+
+def test_q4_names_each_mistake():
+    fused = _norm_model(
+        [helper.make_node("LayerNormalization", ["x", "scale"], ["y"], axis=-1)], [numpy_helper.from_array(np.ones(8, np.float32), "scale")]
+    )
+    attr_axes = _norm_model(
+        [
+            helper.make_node("ReduceMean", ["x"], ["mean"], axes=[-1]),
+            helper.make_node("Sub", ["x", "mean"], ["y"]),
+        ],
+        [],
+    )
+    wrong = {
+        "not LayerNormalization": fused,
+        "over the batch axis": _norm_model(*_norm_nodes(axis=0)),
+        "add the epsilon": _norm_model(*_norm_nodes(eps=False)),
+        "x minus its row mean": _norm_model(*_norm_nodes(divide=False)),
+        "not of x**2": _norm_model(*_norm_nodes(center_var=False)),
+        "inside the Sqrt": _norm_model(*_norm_nodes(eps_outside=True)),
+        "fixed to 1": _norm_model(*_norm_nodes(), out_batch=1),
+        "full_check=True) fails": attr_axes,  # ReduceMean's axes attribute is gone since opset 18
+        "keepdims=0 on a Reduce node": _norm_model(*_norm_nodes(keepdims=0), out_batch="batch"),
+        "the second dimension": _norm_model(*_norm_nodes(), features=6),
+    }
+    for reason, answer in wrong.items():
+        outcome = nb01.q4.evaluate(answer)
+        assert outcome.status == INCORRECT and reason in outcome.message, (reason, outcome.message)
+    assert nb01.q4.evaluate(None).status == INCORRECT
 
 
 def test_mlp_builds_the_layers_asked_for():
