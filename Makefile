@@ -97,11 +97,23 @@ lab: $(STAMP) js-deps
 	@$(BIN)/jupyter lab --port=$(PORT) $(if $(NO_BROWSER),--no-browser --ip=127.0.0.1,) $(if $(filter 0,$(shell id -u)),--allow-root,) \
 	  --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb
 
+# make test runs two halves at once, one a CPU (a single pytest leaves the second CPU idle while it waits for servers,
+# browsers and installs): the tests, with their own artifacts folder so that neither half reads a file the other writes,
+# and the notebooks followed by the generic lane; the notebooks' report is printed when both are done
+TEST_ARTIFACTS := build/tests/artifacts
+NOTEBOOKS_LOG  := build/test-notebooks.log
+
 test: $(STAMP) js-deps ort-headers lint
-	@echo ">>> unit tests (tests/unit), integration tests (tests/integration), then every notebook with nbval (strict)"
-	@$(BIN)/python -m pytest $(PYTEST_ARGS)
-	@echo ">>> the same outputs from another CPU's kernels: ONNX Runtime's (ONNX_LAB_KERNELS=reference), PyTorch's, TensorFlow's and NumPy's (lane generic, models retrained)"
-	@ONNX_LAB_KERNELS=reference $(BIN)/python -m labsupport.course.lanes generic -- $(BIN)/python -m pytest $(PYTEST_ARGS) $(KERNEL_TEST_NOTEBOOKS)
+	@echo ">>> two halves at once: (1) unit and integration tests (tests/); (2) every notebook with nbval (strict), then $(notdir $(KERNEL_TEST_NOTEBOOKS)) with another CPU's kernels: ONNX Runtime's (ONNX_LAB_KERNELS=reference), PyTorch's, TensorFlow's and NumPy's (lane generic, models retrained); (2) prints at the end"
+	@mkdir -p build && rm -f $(NOTEBOOKS_LOG)
+	@{ $(BIN)/python -m pytest $(PYTEST_ARGS) notebooks && \
+	   ONNX_LAB_KERNELS=reference $(BIN)/python -m labsupport.course.lanes generic -- $(BIN)/python -m pytest $(PYTEST_ARGS) $(KERNEL_TEST_NOTEBOOKS); \
+	 } > $(NOTEBOOKS_LOG) 2>&1 & notebooks=$$!; \
+	 ONNX_LAB_ARTIFACTS=$(CURDIR)/$(TEST_ARTIFACTS) $(BIN)/python -m pytest $(PYTEST_ARGS) tests; tests=$$?; \
+	 wait $$notebooks; notebooks=$$?; \
+	 echo ">>> (2) the notebooks, then the generic lane (ran beside the tests; also in $(NOTEBOOKS_LOG))"; cat $(NOTEBOOKS_LOG); \
+	 echo ">>> tests: $$( [ $$tests = 0 ] && echo passed || echo FAILED ), notebooks: $$( [ $$notebooks = 0 ] && echo passed || echo FAILED )"; \
+	 [ $$tests = 0 ] && [ $$notebooks = 0 ]
 
 lint: $(STAMP)
 	@echo ">>> ruff: lint and format check of labsupport, deploy, tests, docs and notebooks"
@@ -180,5 +192,5 @@ test-latest:
 	@ONNX_LAB_UNPINNED=1 $(LATEST)/bin/python -m pytest --nbval-lax $(PYTEST_ARGS)
 
 clean:
-	rm -rf artifacts build/pytest-cache
+	rm -rf artifacts build/pytest-cache $(dir $(TEST_ARTIFACTS)) $(NOTEBOOKS_LOG)
 	find . -name __pycache__ -type d -prune -not -path './.venv*' -exec rm -rf {} +

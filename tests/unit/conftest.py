@@ -1,16 +1,18 @@
-"""Unit tests train nothing and write nothing into the checkout's artifacts/ folder.
+"""Unit tests train nothing and write nothing into the run's artifacts folder (the checkout's artifacts/, or the
+$ONNX_LAB_ARTIFACTS that ``make test`` gives its tests half while the notebooks half writes artifacts/).
 
 Every unit test runs with $ONNX_LAB_ARTIFACTS pointing at a fresh temporary folder that already holds
 an *untrained* digits CNN (seeded, exported as ``ensure_digits_cnn`` would), so a helper that asks for
 the course CNN gets it without training; the mechanics under test (quantization, Triton configs,
 Dockerfile checks) do not need good weights. Tests that need a trained model live in tests/integration.
-Any backward pass fails the test that makes it, and so does a change to the checkout's artifacts/
+Any backward pass fails the test that makes it, and so does a change to the run's artifacts folder
 during the test.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +21,8 @@ import torch
 
 from labsupport.course.paths import ARTIFACTS_ENV_VAR, repo_root
 from labsupport.models.digits_cnn import DigitsCNN, save_digits_cnn
+
+RUN_ARTIFACTS = Path(os.environ.get(ARTIFACTS_ENV_VAR) or repo_root() / "artifacts")  # before any test points it elsewhere
 
 
 def _snapshot(folder: Path) -> dict[str, int]:
@@ -38,18 +42,17 @@ def unit_artifacts(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def isolated(unit_artifacts, monkeypatch) -> Iterator[None]:
-    """Point artifacts/ at ``unit_artifacts``, refuse any backward pass, and fail if the checkout's artifacts/ changed."""
+    """Point artifacts/ at ``unit_artifacts``, refuse any backward pass, and fail if the run's artifacts folder changed."""
 
     def refuse(*args, **kwargs):
         raise AssertionError("unit tests train nothing: move this test to tests/integration")
 
-    checkout_artifacts = repo_root() / "artifacts"
-    untouched = _snapshot(checkout_artifacts)
+    untouched = _snapshot(RUN_ARTIFACTS)
     monkeypatch.setenv(ARTIFACTS_ENV_VAR, str(unit_artifacts))
     monkeypatch.setattr(torch.Tensor, "backward", refuse)
     monkeypatch.setattr(torch.autograd, "backward", refuse)
     yield
-    assert _snapshot(checkout_artifacts) == untouched, "this unit test wrote into the checkout's artifacts/: use tmp_path"
+    assert _snapshot(RUN_ARTIFACTS) == untouched, f"this unit test wrote into {RUN_ARTIFACTS}: use tmp_path"
 
 
 def package_imports(package_root: Path) -> list[tuple[Path, int, str]]:
