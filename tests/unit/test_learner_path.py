@@ -32,6 +32,8 @@ def _bound(tree: ast.AST) -> set[str]:
             names.add(node.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
     return names
@@ -108,7 +110,7 @@ def first_reading_problems(cells) -> list[str]:
     return [
         f"{sorted(needed)} are defined only in a Going deeper part: {cell.source[:80]!r}"
         for cell, deeper in parts
-        if not deeper and (needed := _used(_tree(cell.source)) & only_inside)
+        if not deeper and (needed := (_used(_tree(cell.source)) - _bound(_tree(cell.source))) & only_inside)
     ]
 
 
