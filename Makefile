@@ -180,5 +180,5 @@ test-latest:
 	@ONNX_LAB_UNPINNED=1 $(LATEST)/bin/python -m pytest --nbval-lax $(PYTEST_ARGS)
 
 clean:
-	rm -rf artifacts .pytest_cache
+	rm -rf artifacts .pytest_cache build/pytest-cache
 	find . -name __pycache__ -type d -prune -not -path './.venv*' -exec rm -rf {} +
