@@ -5,8 +5,8 @@
 2. The image is repo2docker's base environment (a conda lock file that ships in repo2docker) updated by pip with
    binder/environment.yml's pins. The test asks pip (dry runs against the package index) for the metadata of both
    sets, plays pip's update (a base package is kept when it satisfies what the pins need, replaced otherwise), and
-   checks every requirement of every package that ends up in the image. The same check on the old binder/ (no
-   ``notebook`` pin) finds the broken Notebook 7.4 of review item 1.2: it can fail.
+   checks every requirement of every package that ends up in the image. Given a binder/ without the
+   ``notebook`` pin, the check finds the broken Notebook 7.4 that the image then holds: it can fail.
 """
 
 from __future__ import annotations

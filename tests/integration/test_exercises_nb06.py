@@ -238,7 +238,7 @@ def test_q2_accepts_unsigned_7_bit_per_channel_weights():
         (lambda: quantizer(nodes=["node_matmul"], source=str(ensure_digits_mlp())), "at src"),  # the raw export, not src
         (lambda: shutil.copy, "no QuantizeLinear"),  # no quantization at all
         (lambda: lambda src, dst: None, "wrote nothing"),
-        (lambda: "node_matmul/MatMulAddFusion", "your function"),  # the old answer: a node name
+        (lambda: "node_matmul/MatMulAddFusion", "your function"),  # a node name instead of a function
     ],
 )
 def test_q2_rejects_typical_wrong_answers(wrong, reason):

@@ -116,7 +116,7 @@ def _removed_after(model, level):
         _removed_after,  # counts after optimization, not what was removed
         lambda model, level: {"BatchNormalization": 2},  # ignores the level
         lambda model, level: ["BatchNormalization"],  # not a dict
-        lambda model, level: {  # hard-coded: the answer the old checker printed for its one model
+        lambda model, level: {  # hard-coded: one model's counts, copied instead of computed for the model given
             "basic": {"Add": 1, "BatchNormalization": 2, "MatMul": 1},
             "extended": {"Add": 1, "BatchNormalization": 2, "Conv": 2, "MatMul": 1, "Relu": 2},
         }[level],

@@ -20,7 +20,7 @@ def test_q1_kv_cache_value_and_wrong_answers():
         (2 * 48 * 8 * 128 * 2 * 4096 * 3, "half the answer, which more than one slip gives"),  # FP16 values
         (48 * 8 * 128 * 2 * 4096 * 3, "a quarter of the answer, which more than one slip gives"),  # K or V only and FP16
         (right / 3, "one sequence"),
-        (2 * 48 * 8 * 128 * 4 * 4096 * 4, "that is 4 sequences"),  # the review's batch of 4: no longer blamed on query heads
+        (2 * 48 * 8 * 128 * 4 * 4096 * 4, "that is 4 sequences"),  # a batch of 4 sequences: the message names the batch, not the query heads
         (right / 2**30, "bytes, not gigabytes"),
         (right / 1e9, "bytes, not gigabytes"),
         (right * 8, "that is bits"),
@@ -75,7 +75,7 @@ def test_q2_int4_size_and_wrong_answers():
     assert "FP32 scales" in nb11.q2.evaluate(3.5e9 + 7e9 / 32 * 4).message
     # mine: asymmetric (a 4-bit zero point per block too), and one scale per 64 weights
     for wrong in [3.9375e9 + 7e9 / 32 / 2, 3.5e9 + 7e9 / 64 * 2]:
-        assert nb11.q2.evaluate(wrong).status == INCORRECT, wrong  # the message no longer denies FP32 scales exist
+        assert nb11.q2.evaluate(wrong).status == INCORRECT, wrong  # the message does not deny that FP32 scales exist
 
 
 def test_q3_mask_rejects_typical_mistakes():
