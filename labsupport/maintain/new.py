@@ -222,6 +222,7 @@ def test_q2_rejects_the_list_of_outputs_and_an_answer_that_ignores_the_model():
 
 CHECKER_STUB = '''
 
+
 def _check_q{n}(answer) -> str:
     """TODO: run the learner's answer and raise Incorrect with the mistake it shows (checks.py has helpers)."""
     if answer == 24.5:

@@ -2,7 +2,7 @@
 
 ``python -m labsupport.maintain.new notebook 14 ...`` and ``... exercise 14 --execute`` run in a temporary copy of
 the tracked files (imports from the copy: $PYTHONPATH and $ONNX_LAB_ROOT point at it); then the copy's consistency,
-module-list, solution-hiding and exercise tests run on the copy, and the new notebook under strict nbval, so the
+module-list, solution-hiding and exercise tests run on the copy, the new notebook under strict nbval and ruff, so the
 recipe cannot drift from the rules those tests hold. It executes a notebook: an integration test.
 """
 
@@ -74,6 +74,13 @@ def test_the_scaffold_writes_the_course_shape(scaffolded):
     assert "[14_first_steps.ipynb](notebooks/14_first_steps.ipynb)" in (scaffolded / "README.md").read_text()
     following = nbformat.read(scaffolded / "notebooks" / "13_model_lifecycle.ipynb", as_version=4).cells[-1].source
     assert f"]({NAME}) →" in following, "navigation.sync links 13 to the new notebook"
+
+
+@pytest.mark.parametrize("check", [["check"], ["format", "--check"]], ids=["lint", "format"])
+def test_what_the_scaffold_wrote_is_ruff_clean(scaffolded, check):
+    written = [f"notebooks/{NAME}", "labsupport/exercises/nb14.py", "tests/unit/test_exercises_nb14.py"]
+    linted = _run(scaffolded, "-m", "ruff", *check, "--no-cache", *written)
+    assert linted.returncode == 0, linted.stdout[-3000:]
 
 
 def test_the_copys_own_tests_pass_on_what_the_scaffold_wrote(scaffolded):

@@ -20,7 +20,7 @@ def test_q1_kv_cache_value_and_wrong_answers():
         (2 * 48 * 8 * 128 * 2 * 4096 * 3, "half the answer, which more than one slip gives"),  # FP16 values
         (48 * 8 * 128 * 2 * 4096 * 3, "a quarter of the answer, which more than one slip gives"),  # K or V only and FP16
         (right / 3, "one sequence"),
-        (2 * 48 * 8 * 128 * 4 * 4096 * 4, "that is 4 sequences"),  # a batch of 4 sequences: the message names the batch, not the query heads
+        (2 * 48 * 8 * 128 * 4 * 4096 * 4, "that is 4 sequences"),  # a batch of 4, not query heads
         (right / 2**30, "bytes, not gigabytes"),
         (right / 1e9, "bytes, not gigabytes"),
         (right * 8, "that is bits"),
