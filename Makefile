@@ -26,7 +26,7 @@ NODE_DIRS := $(patsubst %/package.json,%,$(wildcard deploy/*/package.json .githu
 # notebooks whose outputs come from ONNX Runtime kernels that differ between CPUs (not 05/07/08: timings, levels);
 # make portability runs them all under each variant, make test the ones with conv and INT8 kernels under `reference`.
 # PyTorch's, TensorFlow's and NumPy's kernels differ too: make portability runs every notebook in each lane of
-# labsupport/course/lanes.py (models retrained from an empty artifacts folder), make test the same three in `generic`
+# labsupport/maintain/lanes.py (models retrained from an empty artifacts folder), make test the same three in `generic`
 KERNEL_NOTEBOOKS := $(addprefix notebooks/,01_graphs_by_hand.ipynb 02_from_pytorch.ipynb 03_from_tensorflow_keras.ipynb \
   04_from_scikit_learn.ipynb 06_quantization.ipynb 09_deploy_edge.ipynb 10_custom_operators.ipynb 11_transformers_and_llms.ipynb \
   12_hugging_face_transformers.ipynb)
@@ -46,7 +46,7 @@ help:
 	@echo "make test         create .venv if needed, lint, run the unit and integration tests, execute every notebook with nbval"
 	@echo "make unit         the fast unit tests only (seconds: no ports, browsers or training)"
 	@echo "make lint         ruff check and ruff format --check (make test runs it first)"
-	@echo "make portability  the notebooks under other CPUs' kernels: ONNX Runtime's (labsupport/course/kernels.py), PyTorch's, TensorFlow's, NumPy's (labsupport/course/lanes.py), then make test-loaded"
+	@echo "make portability  the notebooks under other CPUs' kernels: ONNX Runtime's (labsupport/course/kernels.py), PyTorch's, TensorFlow's, NumPy's (labsupport/maintain/lanes.py), then make test-loaded"
 	@echo "make test-loaded  the timing notebooks and the tests of threads, queues and time with CPU burners beside them (stress-ng)"
 	@echo "make bench        headless benchmarks (ratios measured in one run), JSON under artifacts/"
 	@echo "make doctor       check the environment of .venv and say what is wrong (on Binder or a hub: python -m labsupport doctor)"
@@ -107,7 +107,7 @@ test: $(STAMP) js-deps ort-headers lint
 	@echo ">>> two halves at once: (1) unit and integration tests (tests/); (2) every notebook with nbval (strict), then $(notdir $(KERNEL_TEST_NOTEBOOKS)) with another CPU's kernels: ONNX Runtime's (ONNX_LAB_KERNELS=reference), PyTorch's, TensorFlow's and NumPy's (lane generic, models retrained); (2) prints at the end"
 	@mkdir -p build && rm -f $(NOTEBOOKS_LOG)
 	@{ $(BIN)/python -m pytest $(PYTEST_ARGS) notebooks && \
-	   ONNX_LAB_KERNELS=reference $(BIN)/python -m labsupport.course.lanes generic -- $(BIN)/python -m pytest $(PYTEST_ARGS) $(KERNEL_TEST_NOTEBOOKS); \
+	   ONNX_LAB_KERNELS=reference $(BIN)/python -m labsupport.maintain.lanes generic -- $(BIN)/python -m pytest $(PYTEST_ARGS) $(KERNEL_TEST_NOTEBOOKS); \
 	 } > $(NOTEBOOKS_LOG) 2>&1 & notebooks=$$!; \
 	 ONNX_LAB_ARTIFACTS=$(CURDIR)/$(TEST_ARTIFACTS) $(BIN)/python -m pytest $(PYTEST_ARGS) tests; tests=$$?; \
 	 wait $$notebooks; notebooks=$$?; \
@@ -128,9 +128,9 @@ portability: $(STAMP) js-deps ort-headers
 	  echo ">>> CPU-sensitive notebooks with ONNX_LAB_KERNELS=$$variant"; \
 	  ONNX_LAB_KERNELS=$$variant $(BIN)/python -m pytest $(PYTEST_ARGS) $(KERNEL_NOTEBOOKS) || exit 1; \
 	done
-	@for lane in $$($(BIN)/python -m labsupport.course.lanes --list); do \
+	@for lane in $$($(BIN)/python -m labsupport.maintain.lanes --list); do \
 	  echo ">>> every notebook with the PyTorch, TensorFlow and NumPy kernels of lane $$lane"; \
-	  $(BIN)/python -m labsupport.course.lanes $$lane -- $(BIN)/python -m pytest $(PYTEST_ARGS) notebooks || exit 1; \
+	  $(BIN)/python -m labsupport.maintain.lanes $$lane -- $(BIN)/python -m pytest $(PYTEST_ARGS) notebooks || exit 1; \
 	done
 	@$(MAKE) --no-print-directory test-loaded
 

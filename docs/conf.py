@@ -1,7 +1,7 @@
 """Sphinx configuration of the course website (`make docs`): MyST-NB renders the committed notebooks.
 
 The source folder is the repository root, so the README (the landing page) and the notebooks keep
-their own relative links; only README.md and notebooks/*.ipynb are read. Notebooks are never
+their own relative links; only README.md, CONTRIBUTING.md and notebooks/*.ipynb are read. Notebooks are never
 executed here: the site shows the outputs that nbval verified. The README's course map becomes the
 site's navigation, each notebook page opens with links that run it (Binder; a JupyterHub through
 nbgitpuller when ``onnx_lab_hub_url`` is set), download it and show its source, and
@@ -24,7 +24,7 @@ copyright = "ONNX Lab contributors"
 language = "en"
 
 root_doc = "README"
-include_patterns = ["README.md", "notebooks/*.ipynb"]
+include_patterns = ["README.md", "CONTRIBUTING.md", "notebooks/*.ipynb"]
 # pruned while Sphinx walks the source folder (the repository root)
 exclude_patterns = [".git", ".venv", ".venv-latest", "artifacts", "build", "deploy", "node_modules", "data"]
 

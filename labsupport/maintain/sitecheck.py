@@ -39,10 +39,11 @@ def _loopback_as_code(markdown: str) -> str:
 
 
 def landing_page(readme: str, course: Sequence[tuple[str, str, str]]) -> str:
-    """The README as the site's landing page: remote pictures become links, the course map a hidden toctree."""
+    """The README as the site's landing page: remote pictures become links, the course map and CONTRIBUTING.md hidden toctrees."""
     text = _loopback_as_code(REMOTE_IMAGE.sub(r"[\1](\2)", REMOTE_BADGE.sub(r"[\1](\2)", readme)))
     entries = "\n".join(f"notebooks/{Path(name).stem}" for _, name, _ in course)
-    return f"{text}\n\n```{{toctree}}\n:hidden:\n:caption: Course map\n\n{entries}\n```\n"
+    guide = "```{toctree}\n:hidden:\n:caption: Changing the course\n\nCONTRIBUTING\n```"
+    return f"{text}\n\n{guide}\n\n```{{toctree}}\n:hidden:\n:caption: Course map\n\n{entries}\n```\n"
 
 
 def notebook_page(notebook_json: str) -> str:

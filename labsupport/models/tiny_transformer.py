@@ -39,8 +39,6 @@ PROMPT_LENGTH = NUM_DIGITS + 2  # <bos> digits =
 ANSWER_LENGTH = NUM_DIGITS + 1  # reversed digits <eos>
 
 WEIGHTS_NAME = "tiny_transformer.pt"
-FULL_NAME = "tiny_transformer.onnx"
-CACHED_NAME = "tiny_transformer_kv.onnx"
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,1 @@
-"""ONNX and ONNX Runtime utilities used across lessons: sessions, export, reading and drawing graphs, timing, profiling, optimization."""
+"""ONNX and ONNX Runtime utilities used across lessons (the README's table lists them)."""

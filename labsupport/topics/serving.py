@@ -99,7 +99,6 @@ class Service:
     url: str
     port: int
     log_path: Path
-    settings: dict[str, object] = field(default_factory=dict)
 
     def __enter__(self) -> Service:
         return self
@@ -205,7 +204,7 @@ def start(
     if cpus is not None and not hasattr(os, "sched_setaffinity"):
         raise ValueError("cpus= needs CPU affinity masks, which only Linux has")
     process, log_path = _launch(service_env(model, 0, workers=workers, handler=handler, **settings), cpus, launcher)
-    service = Service(process, "", 0, log_path, {"workers": workers, "handler": handler, **settings})
+    service = Service(process, "", 0, log_path)
     if _wait_until_ready(service, ready_timeout):
         return service
     service.stop()

@@ -68,6 +68,7 @@ def test_the_site_has_a_landing_page_and_a_page_per_notebook(site):
         assert page.is_file(), f"no page for {name}"
         assert f'href="notebooks/{page.name}"' in readme, f"{name} is missing from the navigation"
     assert (site / "search.html").is_file() and (site / "searchindex.js").is_file()
+    assert 'href="CONTRIBUTING.html"' in readme and "Add a notebook" in (site / "CONTRIBUTING.html").read_text(encoding="utf-8")
     assert sitecheck.broken_references(site) == []
     assert (
         'href="http://127.0.0.1' not in readme

@@ -1,4 +1,4 @@
-"""labsupport.course.lanes: the kernels of another CPU on this one, from an empty artifacts folder."""
+"""labsupport.maintain.lanes: the kernels of another CPU on this one, from an empty artifacts folder."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from labsupport.course import lanes
+from labsupport.maintain import lanes
 
 
 def test_the_generic_lane_exists_on_every_cpu_and_avx2_only_above_it(monkeypatch):

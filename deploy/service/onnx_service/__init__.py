@@ -1,6 +1,6 @@
 """A FastAPI + ONNX Runtime inference service for any single-input ONNX classifier (ONNX Lab, notebook 08).
 
-The modules are listed once, in deploy/service/README.md ("Code"). Start it with ``python -m onnx_service``.
+Its modules are described in deploy/service/README.md ("Code") and listed in the course README's table. Start it with ``python -m onnx_service``.
 """
 
 __version__ = "1.0.0"

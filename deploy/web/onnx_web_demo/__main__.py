@@ -13,7 +13,6 @@ import threading
 from .server import DEFAULT_PORT, WebDemoServer
 
 SERVING = "onnx_web_demo: serving "  # the first line's prefix, followed by the URL
-EXIT_USAGE = 2
 
 
 def _port(text: str) -> int:

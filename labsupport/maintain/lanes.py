@@ -16,8 +16,8 @@ Each lane starts from an empty artifacts folder ($ONNX_LAB_ARTIFACTS), so every 
 again with the lane's kernels. ``make test`` runs notebooks 02, 06 and 09 in the ``generic`` lane;
 ``make portability`` runs every notebook in each lane this CPU can host::
 
-    python -m labsupport.course.lanes --list
-    python -m labsupport.course.lanes generic -- python -m pytest notebooks/02_from_pytorch.ipynb
+    python -m labsupport.maintain.lanes --list
+    python -m labsupport.maintain.lanes generic -- python -m pytest notebooks/02_from_pytorch.ipynb
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def verify(chosen: Lane, environment: dict[str, str]) -> None:
 def run_in_lane(name: str, command: list[str]) -> int:
     """Run ``command`` in lane ``name`` with a fresh, empty artifacts folder; returns its exit status."""
     if not command:
-        raise ValueError("no command to run: python -m labsupport.course.lanes LANE -- COMMAND ...")
+        raise ValueError("no command to run: python -m labsupport.maintain.lanes LANE -- COMMAND ...")
     chosen = lane(name)
     with tempfile.TemporaryDirectory(prefix=f"onnx-lab-{chosen.name}-") as artifacts:
         environment = {**os.environ, **chosen.environment(), ARTIFACTS_ENV_VAR: artifacts}
@@ -128,7 +128,7 @@ def run_in_lane(name: str, command: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``--list`` prints the lanes this CPU can host; ``LANE -- COMMAND ...`` runs the command in one."""
-    parser = argparse.ArgumentParser(prog="python -m labsupport.course.lanes", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m labsupport.maintain.lanes", description=__doc__.split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="print the names of the lanes this CPU can host, one per line")
     parser.add_argument("lane", nargs="?", help="the lane to run the command in")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
