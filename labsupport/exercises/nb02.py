@@ -1,4 +1,5 @@
-"""Exercises of notebook 02 (from PyTorch): export with a dynamic batch; make a branching model exportable."""
+"""Exercises of notebook 02 (from PyTorch): export with a dynamic batch; make a branching model exportable;
+export a 1-D CNN over sequences with a dynamic batch and sequence length (transfer)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def _training_mode_dropouts(model: onnx.ModelProto) -> list[str]:
     return flagged
 
 
-def _check_dynamic_export(answer) -> str:
+def _load_one_file_eval_export(answer) -> tuple:
+    """(path, ModelProto) of the answer: an existing one-file .onnx exported in eval mode, else ``Incorrect``."""
     if isinstance(answer, torch.onnx.ONNXProgram):
         raise Incorrect("that is the ONNXProgram export returns: save it with program.save(path) and answer with the path")
     path = answer_path(answer, "the path (str or Path) of the .onnx file you exported")
@@ -67,6 +69,11 @@ def _check_dynamic_export(answer) -> str:
         )
     if dropouts := _training_mode_dropouts(model):
         raise Incorrect(f"exported in training mode (Dropout {dropouts[0]} has training_mode=True): call model.eval() first")
+    return path, model
+
+
+def _check_dynamic_export(answer) -> str:
+    path, _ = _load_one_file_eval_export(answer)
     # ORT's default optimizations delete every Dropout, even a training-mode one: run the graph as it was written
     session = onnx_session(path, optimization="disable")
     inputs, outputs = session.get_inputs(), session.get_outputs()
@@ -190,6 +197,77 @@ def _check_exportable(answer) -> str:
     return "exports with torch.onnx.export and both branches match ScaleIfBright"
 
 
+SEQUENCE_FEATURES = 8
+# (batch, steps): batch 1 and one step (the sizes torch.export specialises), long and short sequences, a larger batch
+SEQUENCE_SHAPES = ((1, 1), (1, 12), (5, 3), (8, 30))
+
+
+class SequenceCNN(nn.Module):
+    """Exercise 3's model: a 1-D convolution over a (batch, steps, 8) sequence, averaged over the steps, then 4 logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(SEQUENCE_FEATURES, 16, kernel_size=3, padding=1)
+        self.dropout = nn.Dropout(0.3)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, sequence: torch.Tensor) -> torch.Tensor:
+        features = torch.relu(self.conv(sequence.transpose(1, 2)))  # Conv1d wants (batch, channels, steps)
+        return self.head(self.dropout(features.mean(dim=2)))  # the mean over the steps: any length gives 16 features
+
+
+def exercise_sequence_cnn() -> nn.Module:
+    """The model to export in exercise 3: a seeded, untrained ``SequenceCNN`` in eval mode (the same weights on every call)."""
+    torch.manual_seed(3)
+    return SequenceCNN().eval()
+
+
+def _sequence_feed(batch: int, steps: int) -> np.ndarray:
+    generator = np.random.default_rng(batch * 100 + steps)
+    return generator.standard_normal((batch, steps, SEQUENCE_FEATURES)).astype(np.float32)
+
+
+def _fixed_axes(session) -> str | None:
+    """Which axes of the only input the file fixes to a number, said in words; None when batch and steps are both symbolic."""
+    shape = session.get_inputs()[0].shape
+    if len(shape) != 3:
+        return f"the input has shape {shape}; expected (batch, steps, {SEQUENCE_FEATURES})"
+    fixed = [f"axis {axis} ({what}) is fixed to {shape[axis]}" for axis, what in ((0, "the batch"), (1, "the sequence length"))]
+    fixed = [text for text, size in zip(fixed, shape[:2], strict=True) if isinstance(size, int)]
+    return "; ".join(fixed) or None
+
+
+def _check_sequence_export(answer) -> str:
+    path, _ = _load_one_file_eval_export(answer)
+    session = onnx_session(path, optimization="disable")  # the graph as written: a training-mode Dropout would run
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    if len(inputs) != 1 or len(outputs) != 1:
+        raise Incorrect(f"expected one input and one output, got {len(inputs)} inputs and {len(outputs)} outputs")
+    if inputs[0].name != "sequence" or outputs[0].name != "logits":
+        raise Incorrect(f'name the input "sequence" and the output "logits"; got {inputs[0].name!r} and {outputs[0].name!r}')
+    if fixed := _fixed_axes(session):
+        raise Incorrect(
+            f"{fixed} in the file: give both axes a Dim in dynamic_shapes, and an example whose batch and length are "
+            "not 0 or 1 (torch.export specialises those sizes)"
+        )
+    model = exercise_sequence_cnn()
+    for batch, steps in SEQUENCE_SHAPES:
+        feed = _sequence_feed(batch, steps)
+        with blame_answer(f"running it on a ({batch}, {steps}, {SEQUENCE_FEATURES}) sequence failed"):
+            got = session.run(None, {"sequence": feed})[0]
+        with torch.no_grad():
+            want = model(torch.from_numpy(feed)).numpy()
+        try:
+            compare(want, got, atol=1e-4, name=f"shape ({batch}, {steps})")
+        except ParityError:
+            raise Incorrect(
+                f"for a batch of {batch} sequences of {steps} steps its logits differ from exercise_sequence_cnn() in eval mode; "
+                "export exactly that model, with its weights"
+            ) from None
+    shapes = ", ".join(f"({b}, {t})" for b, t in SEQUENCE_SHAPES)
+    return f"runs at (batch, steps) = {shapes} and matches PyTorch"
+
+
 q1 = Exercise(
     1,
     "export with a dynamic batch",
@@ -248,4 +326,39 @@ q2 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2]
+q3 = Exercise(
+    3,
+    "export a sequence model with a dynamic batch and length",
+    _check_sequence_export,
+    hint=(
+        "The recipe at the top of the notebook, with two changes: the example is a (batch, steps, 8) tensor and dynamic_shapes names "
+        "two axes of forward()'s argument, {'sequence': {0: Dim('batch'), 1: Dim('steps')}}. Pick an example whose "
+        "batch and length are both at least 2 (torch.export fixes a dimension whose example size is 0 or 1), read "
+        "program.exported_program.range_constraints, and run the file at a few shapes before you answer."
+    ),
+    solution_code="""
+        import torch
+        from torch.export import Dim
+        from labsupport.exercises.nb02 import exercise_sequence_cnn
+        from labsupport.onnxutil.export import quiet_export
+        from labsupport.course.paths import artifact
+
+        model = exercise_sequence_cnn().eval()
+        example = torch.randn(3, 5, 8)  # batch 3, 5 steps: neither is 0 or 1
+        with quiet_export():
+            program = torch.onnx.export(
+                model,
+                (example,),
+                dynamo=True,
+                input_names=["sequence"],
+                output_names=["logits"],
+                dynamic_shapes={"sequence": {0: Dim("batch"), 1: Dim("steps")}},
+                verbose=False,
+            )
+        path = artifact("exercises/nb02_sequence_cnn.onnx")
+        program.save(path, external_data=False)
+        answer = path
+    """,
+)
+
+EXERCISES = [q1, q2, q3]

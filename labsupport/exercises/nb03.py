@@ -1,4 +1,5 @@
-"""Exercises of notebook 03 (converting TensorFlow/Keras models with tf2onnx).
+"""Exercises of notebook 03 (converting TensorFlow/Keras models with tf2onnx); exercise 3 (transfer) converts a
+functional model with two inputs.
 
 The learner's answer is an ONNX model (a ``ModelProto`` or the path of a .onnx file); the
 checkers run it with ONNX Runtime at several batch sizes and compare it with TensorFlow.
@@ -144,6 +145,77 @@ def _check_probabilities(answer) -> str:
     return note + "; rows are probabilities that sum to 1"
 
 
+FEATURES = 3  # exercise 3's second input: three numbers per image (say, the scanner's brightness, contrast and tilt)
+
+
+def _build_two_inputs(seed: int = 4):
+    """Exercise 3's functional model: an image branch (Conv2D, Flatten) and a features branch (Dense), concatenated,
+    then dropout and 10 logits. Built with fixed seeds and called once (so Keras' own exporter accepts it too)."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    image = keras.Input((8, 8, 1), name="image")
+    features = keras.Input((FEATURES,), name="features")
+    pixels = keras.layers.Flatten()(keras.layers.Conv2D(4, 3, activation="relu")(image))
+    extra = keras.layers.Dense(4, activation="relu")(features)
+    joined = keras.layers.Dropout(0.2)(keras.layers.Concatenate()([pixels, extra]))
+    model = keras.Model([image, features], keras.layers.Dense(10, name="logits")(joined), name="two_inputs")
+    model([np.zeros((1, 8, 8, 1), np.float32), np.zeros((1, FEATURES), np.float32)], training=False)
+    return model
+
+
+@lru_cache(maxsize=1)
+def _two_inputs_reference():
+    return _build_two_inputs()
+
+
+def exercise_two_input_model():
+    """A fresh copy of exercise 3's two-input Keras model (untrained, seeded): inputs ``image`` (N, 8, 8, 1) and
+    ``features`` (N, 3), output ``logits`` (N, 10). Changing the copy cannot change what the checker compares with."""
+    model = _build_two_inputs()
+    model.set_weights(_two_inputs_reference().get_weights())
+    return model
+
+
+def _two_input_feeds(batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """NHWC digits images and seeded standard-normal features for a batch of ``batch`` rows."""
+    images = np.ascontiguousarray(load_digits().test.images[:batch].transpose(0, 2, 3, 1))
+    features = np.random.default_rng(batch).standard_normal((batch, FEATURES)).astype(np.float32)
+    return images, features
+
+
+def _check_two_inputs(answer) -> str:
+    session = _answer_session(answer)
+    inputs = {i.name: i.shape for i in session.get_inputs()}
+    if set(inputs) != {"image", "features"}:
+        raise Incorrect(f'expected two inputs named "image" and "features" (the names of the TensorSpecs), found {sorted(inputs)}')
+    want_shapes = {"image": [8, 8, 1], "features": [FEATURES]}
+    for name, shape in inputs.items():
+        if list(shape[1:]) != want_shapes[name]:
+            raise Incorrect(f"input {name!r} has shape {shape}; expected (batch, {', '.join(map(str, want_shapes[name]))})")
+        if isinstance(shape[0], int):
+            raise Incorrect(f"the batch of input {name!r} is fixed to {shape[0]}: give every TensorSpec a None batch")
+    outputs = session.get_outputs()
+    if len(outputs) != 1:
+        raise Incorrect(f"expected one output (the logits), found {[o.name for o in outputs]}")
+    reference = _two_inputs_reference()
+    for batch in BATCH_SIZES:
+        images, features = _two_input_feeds(batch)
+        try:
+            got = session.run(None, {"image": images, "features": features})[0]
+        except Exception as error:
+            raise Incorrect(f"running at batch size {batch} failed: {str(error).splitlines()[0]}") from None
+        want = reference([images, features], training=False).numpy()
+        try:
+            compare(want, got, atol=1e-4, rtol=1e-3, name=f"batch {batch}")
+        except ParityError as error:
+            raise Incorrect(
+                f"the logits differ from exercise_two_input_model()'s at batch size {batch}: {error} "
+                "(convert that model, in inference mode)"
+            ) from None
+    return f"both inputs dynamic; matches TensorFlow at batch sizes {', '.join(map(str, BATCH_SIZES))}"
+
+
 q1 = Exercise(
     1,
     "convert a Keras model with a dynamic batch",
@@ -188,4 +260,26 @@ q2 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2]
+q3 = Exercise(
+    3,
+    "convert a Keras model with two inputs",
+    _check_two_inputs,
+    hint=(
+        "input_signature takes one tf.TensorSpec per model input, in the order of model.inputs, each with a None batch "
+        "and the name the ONNX input will get. Run the result with a feed dict of two arrays before you answer."
+    ),
+    solution_code="""
+        import tensorflow as tf
+        import tf2onnx
+        from labsupport.exercises.nb03 import exercise_two_input_model
+
+        model = exercise_two_input_model()
+        signature = (
+            tf.TensorSpec((None, 8, 8, 1), tf.float32, name="image"),
+            tf.TensorSpec((None, 3), tf.float32, name="features"),
+        )
+        answer, _ = tf2onnx.convert.from_keras(model, input_signature=signature, opset=18)
+    """,
+)
+
+EXERCISES = [q1, q2, q3]

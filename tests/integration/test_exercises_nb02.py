@@ -217,3 +217,69 @@ class _Median(nn.Module):
 def test_q2_says_which_op_the_exporter_cannot_translate():
     outcome = nb02.q2.evaluate(_Median())
     assert outcome.status == INCORRECT and "cannot translate an op" in outcome.message, outcome.message
+
+
+# exercise 3 (transfer): a 1-D CNN over (batch, steps, 8) sequences, batch and sequence length dynamic
+BATCH_AND_STEPS = {"sequence": {0: torch.export.Dim("batch"), 1: torch.export.Dim("steps")}}
+
+
+def _export_sequence_model(model: nn.Module, path, example_shape=(3, 5, 8), **options) -> str:
+    options.setdefault("input_names", ["sequence"])
+    options.setdefault("output_names", ["logits"])
+    options.setdefault("external_data", False)
+    with quiet_export():
+        torch.onnx.export(model, (torch.randn(*example_shape),), path, dynamo=True, verbose=False, **options)
+    return str(path)
+
+
+def test_q3_reference_passes_and_the_model_is_fixed_and_in_eval_mode():
+    assert nb02.q3.evaluate(nb02.q3.reference_answer()).status == CORRECT
+    first, second = nb02.exercise_sequence_cnn(), nb02.exercise_sequence_cnn()
+    assert not first.training
+    for name, tensor in first.state_dict().items():
+        assert torch.equal(tensor, second.state_dict()[name]), name
+
+
+def test_q3_accepts_dynamic_shapes_by_position(tmp_path):
+    by_position = ({0: torch.export.Dim("batch"), 1: torch.export.Dim("steps")},)
+    path = _export_sequence_model(nb02.exercise_sequence_cnn(), tmp_path / "sequence.onnx", dynamic_shapes=by_position)
+    outcome = nb02.q3.evaluate(path)
+    assert outcome.status == CORRECT, outcome.message
+
+
+@pytest.mark.parametrize(
+    ("options", "example_shape", "reason"),
+    [
+        ({}, (3, 5, 8), "axis 0 (the batch) is fixed to 3; axis 1 (the sequence length) is fixed to 5"),
+        ({"dynamic_shapes": {"sequence": {0: torch.export.Dim("batch")}}}, (3, 5, 8), "axis 1 (the sequence length) is fixed to 5"),
+        # an example of one step: torch.onnx.export specialises the length to 1 without a word
+        ({"dynamic_shapes": BATCH_AND_STEPS}, (3, 1, 8), "axis 1 (the sequence length) is fixed to 1"),
+        ({"dynamic_shapes": BATCH_AND_STEPS, "input_names": ["x"]}, (3, 5, 8), 'name the input "sequence"'),
+        ({"dynamic_shapes": BATCH_AND_STEPS, "external_data": True}, (3, 5, 8), "external_data=False"),
+    ],
+)
+def test_q3_wrong_exports_fail_with_the_reason(tmp_path, options, example_shape, reason):
+    path = _export_sequence_model(nb02.exercise_sequence_cnn(), tmp_path / "sequence.onnx", example_shape, **options)
+    outcome = nb02.q3.evaluate(path)
+    assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
+
+
+def test_q3_rejects_an_export_in_training_mode(tmp_path):
+    path = _export_sequence_model(nb02.exercise_sequence_cnn().train(), tmp_path / "sequence.onnx", dynamic_shapes=BATCH_AND_STEPS)
+    outcome = nb02.q3.evaluate(path)
+    assert outcome.status == INCORRECT and "training mode" in outcome.message and "model.eval()" in outcome.message
+
+
+def test_q3_rejects_other_weights_and_the_mlp_of_exercise_1(tmp_path):
+    torch.manual_seed(9)
+    other = nb02.SequenceCNN().eval()
+    outcome = nb02.q3.evaluate(_export_sequence_model(other, tmp_path / "other.onnx", dynamic_shapes=BATCH_AND_STEPS))
+    assert outcome.status == INCORRECT and "differ from exercise_sequence_cnn()" in outcome.message
+    mlp = _export(nb02.exercise_mlp(), tmp_path / "mlp.onnx", dynamic_shapes=BATCH)
+    outcome = nb02.q3.evaluate(mlp)
+    assert outcome.status == INCORRECT and 'name the input "sequence"' in outcome.message
+
+
+def test_q3_rejects_the_program_object_and_a_missing_file():
+    assert nb02.q3.evaluate("no/such/sequence.onnx").status == INCORRECT
+    assert nb02.q3.evaluate(nb02.exercise_sequence_cnn()).status == INCORRECT

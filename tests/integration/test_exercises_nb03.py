@@ -8,7 +8,7 @@ pytest.importorskip("tensorflow")
 import tensorflow as tf
 import tf2onnx
 
-from labsupport.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, ____
+from labsupport.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, ____, nb03
 from labsupport.exercises.nb03 import exercise_model, q1, q2
 from labsupport.models.digits_keras import build_digits_keras
 
@@ -177,3 +177,58 @@ def test_q1_accepts_keras_own_export_of_the_exercise_model(tmp_path):
     path = tmp_path / "exported.onnx"
     exercise_model().export(str(path), format="onnx", verbose=False)
     assert q1.evaluate(str(path)).status == CORRECT
+
+
+# exercise 3 (transfer): a functional model with two inputs, image and features, each with a dynamic batch
+def _two_specs(batch=None, image="image", features="features"):
+    return (tf.TensorSpec((batch, 8, 8, 1), tf.float32, name=image), tf.TensorSpec((batch, 3), tf.float32, name=features))
+
+
+def _convert_two(model, **spec_options):
+    return tf2onnx.convert.from_keras(model, input_signature=_two_specs(**spec_options), opset=18)[0]
+
+
+def test_q3_reference_passes_and_placeholder_is_not_attempted():
+    assert nb03.q3.evaluate(nb03.q3.reference_answer()).status == CORRECT
+    assert nb03.q3.evaluate(____).status == NOT_ATTEMPTED
+
+
+def test_q3_accepts_a_tf_function_with_two_arguments_and_a_saved_path(tmp_path):
+    model = nb03.exercise_two_input_model()
+
+    @tf.function(input_signature=_two_specs())
+    def logits(image, features):
+        return model([image, features], training=False)
+
+    proto, _ = tf2onnx.convert.from_function(logits, input_signature=_two_specs(), opset=18)
+    path = tmp_path / "two.onnx"
+    path.write_bytes(proto.SerializeToString())
+    outcome = nb03.q3.evaluate(str(path))
+    assert outcome.status == CORRECT, outcome.message
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda: _convert_two(nb03.exercise_two_input_model(), batch=1), "fixed to 1"),
+        (lambda: _convert_two(nb03.exercise_two_input_model(), image="pixels", features="extra"), 'named "image" and "features"'),
+        (lambda: _convert_two(nb03._build_two_inputs(seed=5)), "differ from exercise_two_input_model()"),
+        (lambda: _convert(exercise_model()), 'named "image" and "features"'),  # exercise 1's one-input model
+    ],
+    ids=["fixed batch", "other names", "other weights", "one-input model"],
+)
+def test_q3_wrong_answers_fail_with_the_reason(make, reason):
+    outcome = nb03.q3.evaluate(make())
+    assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
+
+
+def test_q3_blames_training_mode_for_the_random_op():
+    model = nb03.exercise_two_input_model()
+
+    @tf.function(input_signature=_two_specs())
+    def logits(image, features):
+        return model([image, features], training=True)
+
+    proto, _ = tf2onnx.convert.from_function(logits, input_signature=_two_specs(), opset=18)
+    outcome = nb03.q3.evaluate(proto)
+    assert outcome.status == INCORRECT and "training mode" in outcome.message, outcome.message
