@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import json
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -248,6 +251,111 @@ def _check_error_rate(error_rate) -> str:
     return "your function reads the counters the way a Prometheus alert would"
 
 
+_TABLES = {"wine": "load_wine", "iris": "load_iris"}  # a classifier per data set: 13 and 4 features
+
+
+@functools.cache
+def _tabular_model(name: str) -> tuple[str, np.ndarray]:
+    """A scikit-learn classifier of ``name``'s bundled data, converted with skl2onnx: its path and 6 of its rows."""
+    import sklearn.datasets
+    from skl2onnx import to_onnx
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    features, labels = getattr(sklearn.datasets, _TABLES[name])(return_X_y=True)
+    features = features.astype(np.float32)
+    pipeline = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(features, labels)
+    model = to_onnx(pipeline, features[:1], options={"zipmap": False}, target_opset={"": 18, "ai.onnx.ml": 3})
+    path = Path(tempfile.mkdtemp(prefix="nb08_q4_")) / f"{name}.onnx"
+    path.write_bytes(model.SerializeToString())
+    return str(path), features[::30][:6]
+
+
+def _bad_bodies(width: int) -> dict[str, dict]:
+    """Requests a /predict for rows of ``width`` numbers must refuse with a 4xx, by what is wrong with them."""
+    row = [0.5] * width
+    as_json = {"content-type": "application/json"}
+    return {
+        f"rows of {width - 1} numbers (one feature missing)": {"json": {"inputs": [row[:-1]] * 2}},
+        f"rows of {width + 1} numbers": {"json": {"inputs": [[*row, 0.5]]}},
+        "one row not wrapped in a batch": {"json": {"inputs": row}},
+        "an empty batch": {"json": {"inputs": []}},
+        "text instead of numbers": {"json": {"inputs": [["x"] * width]}},
+        "rows of different lengths": {"json": {"inputs": [row, row[:-1]]}},
+        "a NaN": {"content": json.dumps({"inputs": [row]}).replace("0.5", "NaN", 1), "headers": as_json},
+        "no inputs field": {"json": {"rows": [row]}},
+        "a body that is not JSON": {"content": "inputs=1,2", "headers": as_json},
+    }
+
+
+class _SessionCounter:
+    """Counts the onnxruntime.InferenceSession objects made while it is active."""
+
+    def __enter__(self):
+        import onnxruntime
+
+        self.opened = 0
+        self._module, self._original = onnxruntime, onnxruntime.InferenceSession
+        counter = self
+
+        class Counted(self._original):
+            def __init__(self, *args, **kwargs):
+                counter.opened += 1
+                super().__init__(*args, **kwargs)
+
+        onnxruntime.InferenceSession = Counted
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._module.InferenceSession = self._original
+
+
+def _serve_and_probe(make_app, name: str) -> None:
+    import onnxruntime
+    from fastapi.testclient import TestClient
+
+    path, rows = _tabular_model(name)
+    expected = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"X": rows})[0].tolist()
+    with _SessionCounter() as sessions:
+        app = make_app(path)
+        if not callable(app):
+            raise Incorrect(f"make_app(model_path) must return the FastAPI app (FastAPI()), got {type(app).__name__}")
+        with TestClient(app, raise_server_exceptions=False) as client:
+            responses = [client.post("/predict", json={"inputs": rows[i : i + 2].tolist()}) for i in range(0, len(rows), 2)]
+            for response in responses:
+                if response.status_code != 200:
+                    raise Incorrect(
+                        f"the {name} model ({len(rows[0])} features): a valid batch of 2 rows got {response.status_code} "
+                        f"{response.text[:120]!r}; read the number of features from the model's input, do not hard-code it"
+                    )
+            try:
+                got = [label for response in responses for label in response.json()["predictions"]]
+            except (KeyError, TypeError, ValueError):
+                raise Incorrect('the answer to a valid batch must be JSON {"predictions": [one class per row]}') from None
+            if got != expected:
+                raise Incorrect(
+                    f"the {name} model: predictions {got} differ from session.run's labels {expected} "
+                    "(the first output, 'label', holds the classes; keep the rows in order)"
+                )
+            for case, request in _bad_bodies(len(rows[0])).items():
+                status = client.post("/predict", **request).status_code
+                if status >= 500:
+                    raise Incorrect(f"the {name} model: {case} crashed the app (status {status}); refuse it with a 4xx")
+                if not 400 <= status < 500:
+                    raise Incorrect(f"the {name} model: {case} was answered {status}; a request the model cannot take must get a 4xx")
+    if sessions.opened > 1:
+        raise Incorrect(f"{sessions.opened} InferenceSessions were opened for one app; open one when the app is made, not per request")
+
+
+def _check_plain_service(make_app) -> str:
+    if not callable(make_app):
+        raise Incorrect("expected a function make_app(model_path) that returns a FastAPI app")
+    for name in _TABLES:
+        _serve_and_probe(make_app, name)
+    return "your app serves both classifiers, matches session.run and refuses every bad body with a 4xx"
+
+
 q1 = Exercise(
     1,
     "a request body for a batch",
@@ -302,4 +410,45 @@ q3 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2, q3]
+q4 = Exercise(
+    4,
+    "serve a model the notebook has not shown",
+    _check_plain_service,
+    hint=(
+        "Follow the recipe, with rows instead of images: open the session in make_app, read the number of features "
+        "from session.get_inputs()[0].shape[1], declare `inputs: list[list[float]]` with pydantic, then refuse (422) "
+        "an empty batch, rows of another length (np.asarray raises ValueError on ragged rows) and non-finite values."
+    ),
+    solution_code="""
+        import numpy as np
+        import onnxruntime as ort
+        from fastapi import FastAPI, HTTPException
+        from pydantic import BaseModel
+
+
+        class Rows(BaseModel):
+            inputs: list[list[float]]
+
+
+        def answer(model_path):
+            session = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+            feed = session.get_inputs()[0]
+            width = feed.shape[1]  # features per row, from the model
+            app = FastAPI()
+
+            @app.post("/predict")
+            def predict(body: Rows):
+                try:
+                    batch = np.asarray(body.inputs, dtype=np.float32)
+                except ValueError:
+                    raise HTTPException(422, "rows of different lengths") from None
+                if batch.ndim != 2 or len(batch) == 0 or batch.shape[1] != width or not np.isfinite(batch).all():
+                    raise HTTPException(422, f"expected a batch [n, {width}] of finite numbers, got {list(batch.shape)}")
+                labels = session.run(None, {feed.name: batch})[0]
+                return {"predictions": labels.tolist()}
+
+            return app
+    """,
+)
+
+EXERCISES = [q1, q2, q3, q4]

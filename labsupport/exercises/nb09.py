@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 
@@ -202,6 +203,68 @@ def _check_config_reader(read) -> str:
     return "the reader merges every opset line of a domain and skips the comments"
 
 
+_TABULAR = {"iris": ("load_iris", "X"), "wine": ("load_wine", "features")}  # data set and input name of exercise 4's models
+
+
+@functools.cache
+def _tabular_onnx(name: str) -> tuple[str, np.ndarray]:
+    """A skl2onnx classifier of ``name`` (a dynamic batch, its own input name) saved to a scratch file, and 6 of its rows."""
+    import sklearn.datasets
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.linear_model import LogisticRegression
+
+    loader, input_name = _TABULAR[name]
+    features, labels = getattr(sklearn.datasets, loader)(return_X_y=True)
+    features = features.astype(np.float32)
+    model = LogisticRegression(max_iter=5000).fit(features, labels)
+    initial_types = [(input_name, FloatTensorType([None, features.shape[1]]))]
+    proto = to_onnx(model, initial_types=initial_types, options={"zipmap": False}, target_opset={"": 18, "ai.onnx.ml": 3})
+    path = Path(tempfile.mkdtemp(prefix="nb09_q4_")) / f"{name}.onnx"
+    path.write_bytes(proto.SerializeToString())
+    return str(path), features[::25][:6]
+
+
+def _check_mobile_payload(make_payload) -> str:
+    import onnxruntime
+
+    from labsupport.topics.edge import is_ort_format
+
+    if not callable(make_payload):
+        raise Incorrect("expected a function make_payload(onnx_path, output_dir) -> path of the .ort file")
+    for name in _TABULAR:
+        source, rows = _tabular_onnx(name)
+        output_dir = Path(tempfile.mkdtemp(prefix=f"nb09_q4_{name}_"))
+        try:
+            made = make_payload(source, output_dir)
+        except Exception as error:
+            raise Incorrect(
+                f"make_payload raised {type(error).__name__} on the {name} model (input {_TABULAR[name][1]!r}, "
+                f"{rows.shape[1]} features): read the input's name and width from the model, do not write them in"
+            ) from None
+        path = answer_path(made, "the path (str or Path) of the .ort file your function wrote")
+        if not path.resolve().is_relative_to(output_dir.resolve()):
+            raise Incorrect(f"the {name} payload {path} is not inside output_dir: write the files where you are told")
+        if not is_ort_format(path):
+            raise Incorrect(
+                f"the {name} payload {path.name} is not an ORT-format model: convert the batch-1 .onnx with convert_onnx_models_to_ort"
+            )
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feed = session.get_inputs()[0]
+        if feed.shape != [1, rows.shape[1]]:
+            raise Incorrect(
+                f"the {name} payload's input {feed.name!r} has shape {feed.shape}; fix its batch dimension to 1 "
+                f"([1, {rows.shape[1]}]) before converting, with the input name and width read from the model"
+            )
+        reference = onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
+        for row in rows:
+            want = reference.run(None, {reference.get_inputs()[0].name: row[None]})
+            got = session.run(None, {feed.name: row[None]})
+            if not np.array_equal(got[0], want[0]) or not np.allclose(got[1], want[1], rtol=1e-5, atol=1e-6):
+                raise Incorrect(f"the {name} payload answers {got[0].tolist()} for a row where the .onnx model answers {want[0].tolist()}")
+    return "both payloads are .ort files with a batch of 1 that answer like their .onnx models, row by row"
+
+
 q1 = Exercise(
     1,
     "providers for an Android app",
@@ -256,4 +319,33 @@ q3 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2, q3]
+q4 = Exercise(
+    4,
+    "a phone payload for a model the notebook has not shown",
+    _check_mobile_payload,
+    hint=(
+        "Read the input's name and width from onnx.load(onnx_path).graph.input[0]; run "
+        "`python -m onnxruntime.tools.make_dynamic_shape_fixed --input_name NAME --input_shape 1,WIDTH IN.onnx OUT.onnx`, "
+        "then the recipe's converter on OUT.onnx with --output_dir output_dir; return the .ort path it wrote."
+    ),
+    solution_code="""
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        import onnx
+
+
+        def answer(onnx_path, output_dir):
+            feed = onnx.load(onnx_path).graph.input[0]
+            width = feed.type.tensor_type.shape.dim[1].dim_value
+            batch1 = Path(output_dir) / (Path(onnx_path).stem + "_batch1.onnx")
+            fix = ["-m", "onnxruntime.tools.make_dynamic_shape_fixed", "--input_name", feed.name, "--input_shape", f"1,{width}"]
+            subprocess.run([sys.executable, *fix, str(onnx_path), str(batch1)], check=True, capture_output=True)
+            convert = ["-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(batch1), "--output_dir", str(output_dir)]
+            subprocess.run([sys.executable, *convert, "--optimization_style", "Fixed"], check=True, capture_output=True)
+            return batch1.with_suffix(".ort")
+    """,
+)
+
+EXERCISES = [q1, q2, q3, q4]

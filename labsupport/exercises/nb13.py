@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import os
+import tempfile
 
 import numpy as np
 
@@ -131,6 +135,95 @@ def _check_gate(may_promote) -> str:
     return "your gate refuses whenever the champion cannot be read: it fails closed"
 
 
+Q4_NAME = "wine-classifier"  # the registered model name exercise 4 uses
+
+
+@functools.cache
+def _wine_models() -> tuple[tuple[bytes, np.ndarray], ...]:
+    """Two scikit-learn classifiers of the wine data converted with skl2onnx (serialized) and the rows they disagree on."""
+    from skl2onnx import to_onnx
+    from sklearn.datasets import load_wine
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.tree import DecisionTreeClassifier
+
+    features, labels = load_wine(return_X_y=True)
+    features = features.astype(np.float32)
+    estimators = (make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)), DecisionTreeClassifier(max_depth=1, random_state=0))
+    fitted = [estimator.fit(features, labels) for estimator in estimators]
+    rows = features[fitted[0].predict(features) != fitted[1].predict(features)][:12]
+    options = {"zipmap": False}
+    opsets = {"": 18, "ai.onnx.ml": 3}
+    return tuple((to_onnx(model, features[:1], options=options, target_opset=opsets).SerializeToString(), rows) for model in fitted)
+
+
+@contextlib.contextmanager
+def _scratch_registry():
+    """A fresh sqlite MLflow store in a temporary folder (also the working folder), the previous tracking URI restored after."""
+    from labsupport.topics.lifecycle import _mlflow
+
+    mlflow = _mlflow()
+    before, folder = mlflow.get_tracking_uri(), os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="nb13_q4_") as scratch:
+        os.chdir(scratch)  # the default experiment keeps its artifacts in ./mlruns: here, not in the learner's folder
+        try:
+            mlflow.set_tracking_uri(f"sqlite:///{scratch}/mlflow.db")
+            yield mlflow
+        finally:
+            mlflow.set_tracking_uri(before)
+            os.chdir(folder)
+
+
+def _check_signature(signature, width: int) -> None:
+    if signature is None:
+        raise Incorrect("the model was logged without a signature: pass signature=infer_signature(rows, outputs)")
+    inputs = signature.inputs.to_dict()
+    shapes = [spec.get("tensor-spec", {}) for spec in inputs]
+    if len(inputs) != 1 or shapes[0].get("dtype") != "float32" or list(shapes[0].get("shape", ()))[-1:] != [width]:
+        raise Incorrect(f"the signature's input must be one float32 tensor of {width} features per row, got {inputs}")
+    if shapes[0]["shape"][0] != -1:
+        raise Incorrect(f"the signature's input has {shapes[0]['shape'][0]} rows: infer it from an ndarray so that the batch is -1 (any)")
+    outputs = {spec.get("name"): spec.get("tensor-spec", {}).get("dtype") for spec in signature.outputs.to_dict()}
+    if outputs != {"label": "int64", "probabilities": "float32"}:
+        raise Incorrect(
+            f"the signature's outputs are {outputs}; the model has two, label (int64) and probabilities (float32): "
+            "infer it from the dict of both outputs, {name: array}, not from the first one alone"
+        )
+
+
+def _check_log_and_register(log_and_register) -> str:
+    import onnx
+    import onnxruntime
+
+    if not callable(log_and_register):
+        raise Incorrect("expected a function log_and_register(model, rows, name) -> 'models:/<name>@champion'")
+    with _scratch_registry() as mlflow:
+        client = mlflow.MlflowClient()
+        for number, (serialized, rows) in enumerate(_wine_models(), start=1):
+            uri = log_and_register(onnx.load_from_string(serialized), rows[:4].copy(), Q4_NAME)
+            versions = client.search_model_versions(f"name='{Q4_NAME}'")
+            if len(versions) != number:
+                raise Incorrect(
+                    f"after call {number}, {Q4_NAME!r} has {len(versions)} registered versions: each call must register a new one"
+                )
+            try:
+                champion = str(client.get_model_version_by_alias(Q4_NAME, "champion").version)
+            except mlflow.exceptions.MlflowException:
+                raise Incorrect("no version has the alias 'champion': set_registered_model_alias(name, 'champion', version)") from None
+            if champion != str(number):
+                raise Incorrect(f"after registering version {number}, 'champion' points at version {champion}: move it to the new version")
+            if uri != f"models:/{Q4_NAME}@champion":
+                raise Incorrect(f"return the alias URI models:/{Q4_NAME}@champion, which follows the alias, got {uri!r}")
+            loaded = mlflow.pyfunc.load_model(uri)
+            _check_signature(loaded.metadata.signature, rows.shape[1])
+            expected = onnxruntime.InferenceSession(serialized, providers=["CPUExecutionProvider"]).run(["label"], {"X": rows})[0]
+            got = np.asarray(loaded.predict(rows)["label"])
+            if not np.array_equal(got, expected):
+                raise Incorrect(f"models:/{Q4_NAME}@champion predicts {got.tolist()}, the model given in call {number} {expected.tolist()}")
+    return "two versions logged with their signature, registered, the alias moved, and each loads back with the same predictions"
+
+
 q1 = Exercise(
     1,
     "a deterministic traffic split",
@@ -185,4 +278,36 @@ q3 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2, q3]
+q4 = Exercise(
+    4,
+    "log, register and load back a model the notebook has not shown",
+    _check_log_and_register,
+    hint=(
+        "The recipe's calls, with the model's two outputs in the signature: outputs = dict(zip(['label', 'probabilities'], "
+        "session.run(None, {'X': rows}))), infer_signature(rows, outputs); log_model(..., registered_model_name=name) "
+        "returns model_info.registered_model_version; then MlflowClient().set_registered_model_alias(name, 'champion', version)."
+    ),
+    solution_code="""
+        import mlflow
+        import onnxruntime as ort
+        from mlflow.models import infer_signature
+
+
+        def answer(model, rows, name):
+            session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            outputs = dict(zip([output.name for output in session.get_outputs()], session.run(None, {"X": rows}), strict=True))
+            with mlflow.start_run():
+                info = mlflow.onnx.log_model(
+                    model,
+                    name="model",
+                    signature=infer_signature(rows, outputs),
+                    onnx_execution_providers=["CPUExecutionProvider"],
+                    save_as_external_data=False,
+                    registered_model_name=name,
+                )
+            mlflow.MlflowClient().set_registered_model_alias(name, "champion", info.registered_model_version)
+            return f"models:/{name}@champion"
+    """,
+)
+
+EXERCISES = [q1, q2, q3, q4]

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from labsupport.exercises import CORRECT, INCORRECT
-from labsupport.exercises.nb09 import EXERCISES, q1, q2, q3
+from labsupport.exercises.nb09 import EXERCISES, q1, q2, q3, q4
 from labsupport.models.contract import IR_VERSION
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.topics import edge
 
 
-def test_three_exercises_numbered_in_order():
-    assert [q.number for q in EXERCISES] == [1, 2, 3]
+def test_four_exercises_numbered_in_order():
+    assert [q.number for q in EXERCISES] == [1, 2, 3, 4]
 
 
 NNAPI, XNNPACK, CPU = "NnapiExecutionProvider", "XnnpackExecutionProvider", "CPUExecutionProvider"
@@ -285,3 +286,46 @@ def test_q3_solution_reads_the_real_config(tmp_path):
     converted = edge.convert_to_ort(source, tmp_path / "out")
     operators = q3.reference_answer()(converted.config_path)
     assert {"Gemm", "MaxPool"} <= operators["ai.onnx"]
+
+
+def _payload_maker(*, fix_batch=True, input_name=None, width=None, convert=True):
+    """A make_payload like the reference, with one mistake a learner makes switched on."""
+    import subprocess
+    import sys
+
+    import onnx
+
+    def make_payload(onnx_path, output_dir):
+        feed = onnx.load(onnx_path).graph.input[0]
+        name, features = input_name or feed.name, width or feed.type.tensor_type.shape.dim[1].dim_value
+        source = Path(onnx_path)
+        if fix_batch:
+            source = Path(output_dir) / (Path(onnx_path).stem + "_batch1.onnx")
+            fix = ["-m", "onnxruntime.tools.make_dynamic_shape_fixed", "--input_name", name, "--input_shape", f"1,{features}"]
+            subprocess.run([sys.executable, *fix, str(onnx_path), str(source)], check=True, capture_output=True)
+        if not convert:
+            return source
+        command = ["-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(source), "--output_dir", str(output_dir)]
+        subprocess.run([sys.executable, *command, "--optimization_style", "Fixed"], check=True, capture_output=True)
+        return Path(output_dir) / (source.stem + ".ort")
+
+    return make_payload
+
+
+@pytest.mark.parametrize(
+    ("mistake", "reason"),
+    [
+        ({"fix_batch": False}, "has shape \\['?None'?, 4\\]|has shape \\[None, 4\\]|fix its batch dimension to 1"),
+        ({"convert": False}, "not an ORT-format model"),
+        ({"input_name": "X"}, "wine"),
+        ({"width": 4}, "wine"),
+    ],
+)
+def test_q4_names_each_mistake(mistake, reason):
+    outcome = q4.evaluate(_payload_maker(**mistake))
+    assert outcome.status == INCORRECT, mistake
+    assert re.search(reason, outcome.message), (mistake, outcome.message)
+
+
+def test_q4_accepts_a_payload_made_like_the_reference():
+    assert q4.evaluate(_payload_maker()).status == CORRECT
