@@ -118,4 +118,112 @@ q2 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2]
+# exercise 3: RMS normalization over the last axis, checked at three ranks; small values, so epsilon matters
+_RMS_SHAPES = [(4, 8), (2, 3, 16), (7,)]
+_RMS_EPSILON = 0.5
+
+
+def rms_norm(x: np.ndarray, epsilon: float) -> np.ndarray:
+    """x / sqrt(mean(x², last axis) + epsilon), float32 (RMSNorm without its learned scale)."""
+    mean_square = np.mean(np.square(x.astype(np.float64)), axis=-1, keepdims=True)
+    return (x / np.sqrt(mean_square + epsilon)).astype(x.dtype)
+
+
+def _rms_mistakes(x: np.ndarray, epsilon: float) -> dict[str, np.ndarray]:
+    """What the common wrong bodies compute, each named by the mistake."""
+    square = np.square(x.astype(np.float64))
+    last = np.mean(square, axis=-1, keepdims=True)
+    return {
+        "the mean runs over every axis: reduce the last axis only (axes [-1]) and keep it (keepdims=1)": x
+        / np.sqrt(np.mean(square) + epsilon),
+        "the mean runs over the first axis: reduce axes [-1], the features of each row": x
+        / np.sqrt(np.mean(square, axis=0, keepdims=True) + epsilon),
+        "epsilon is ignored: read it from the node's attribute (a Constant with ref_attr_name='epsilon')": x / np.sqrt(last),
+        "epsilon is added after the square root: add it to the mean square, then take Sqrt": x / (np.sqrt(last) + epsilon),
+        "the square root is missing: divide by Sqrt(mean square + epsilon)": x / (last + epsilon),
+    }
+
+
+def _rms_model(function: onnx.FunctionProto, shape: tuple[int, ...]) -> onnx.ModelProto:
+    node = helper.make_node("RmsNorm", ["x"], ["y"], domain=DOMAIN_FUNCTIONS, epsilon=_RMS_EPSILON)
+    graph = helper.make_graph(
+        [node],
+        "rms_norm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+    )
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(DOMAIN_FUNCTIONS, 1)]
+    return helper.make_model(graph, opset_imports=opsets, functions=[function], ir_version=IR_VERSION)
+
+
+def _rms_function_proto(function) -> onnx.FunctionProto:
+    if hasattr(function, "to_function_proto"):
+        function = function.to_function_proto()  # an onnxscript @script function is fine too
+    if not isinstance(function, onnx.FunctionProto):
+        raise Incorrect(f"expected an onnx.FunctionProto (or an onnxscript function), got {type(function).__name__}")
+    if function.name != "RmsNorm" or function.domain != DOMAIN_FUNCTIONS:
+        raise Incorrect(f"the function must be RmsNorm in domain {DOMAIN_FUNCTIONS!r}, got {function.name} in {function.domain!r}")
+    if len(function.input) != 1 or len(function.output) != 1:
+        raise Incorrect(f"RmsNorm takes one input and gives one output, got {len(function.input)} and {len(function.output)}")
+    if "epsilon" not in [*function.attribute, *(a.name for a in function.attribute_proto)]:
+        raise Incorrect("the function declares no attribute 'epsilon': give make_function attributes=['epsilon']")
+    if any(node.domain not in ("", "ai.onnx") for node in function.node):
+        raise Incorrect("the body must use standard ONNX ops only (no custom domain inside)")
+    return function
+
+
+def _check_rms_function(function) -> str:
+    function = _rms_function_proto(function)
+    rng = np.random.default_rng(35)
+    for shape in _RMS_SHAPES:
+        model = _rms_model(function, shape)
+        with blame_answer(f"a model using your function at shape {shape} fails the checker"):
+            onnx.checker.check_model(model, full_check=True)
+        session = onnx_session(model)
+        x = rng.normal(0, 0.5, size=shape).astype(np.float32)
+        with blame_answer(f"ONNX Runtime cannot run your function at shape {shape}"):
+            result = np.asarray(session.run(None, {"x": x.copy()})[0])
+        if result.shape != x.shape:
+            raise Incorrect(f"at shape {shape} the output has shape {result.shape}: keep the reduced axis (keepdims=1)")
+        want = rms_norm(x, _RMS_EPSILON)
+        if not np.allclose(result, want, atol=1e-5, rtol=1e-4):
+            for mistake, wrong in _rms_mistakes(x, _RMS_EPSILON).items():
+                if np.allclose(result, wrong, atol=1e-5, rtol=1e-4):
+                    raise Incorrect(f"at shape {shape}, {mistake}")
+        expect_close(want, result, what=f"RmsNorm's outputs at shape {shape} (epsilon={_RMS_EPSILON})", atol=1e-5)
+    shapes = ", ".join(str(shape) for shape in _RMS_SHAPES)
+    return f"ONNX Runtime runs your RmsNorm at shapes {shapes} with epsilon={_RMS_EPSILON}, and it matches numpy"
+
+
+q3 = Exercise(
+    3,
+    "transfer: RMS normalization as a function with an attribute",
+    _check_rms_function,
+    hint="The body: Mul(X, X), ReduceMean over the last axis (since opset 18 the axes are an input: an int64 tensor [-1]; "
+    "keep the axis), Add the epsilon, Sqrt, Div. Read epsilon the way the recipe reads cap: a Constant node whose "
+    "value_float attribute has ref_attr_name='epsilon', and declare it with make_function(..., attributes=['epsilon']).",
+    solution_code=f"""
+        import onnx
+        from onnx import helper
+
+        epsilon = helper.make_node("Constant", [], ["eps"])
+        epsilon.attribute.append(onnx.AttributeProto(name="value_float", ref_attr_name="epsilon", type=onnx.AttributeProto.FLOAT))
+        last_axis = helper.make_node("Constant", [], ["axes"], value=helper.make_tensor("axes", onnx.TensorProto.INT64, [1], [-1]))
+        answer = helper.make_function(
+            "course.fn", "RmsNorm", ["X"], ["Y"],
+            [
+                epsilon,
+                last_axis,
+                helper.make_node("Mul", ["X", "X"], ["square"]),
+                helper.make_node("ReduceMean", ["square", "axes"], ["mean_square"], keepdims=1),
+                helper.make_node("Add", ["mean_square", "eps"], ["shifted"]),
+                helper.make_node("Sqrt", ["shifted"], ["rms"]),
+                helper.make_node("Div", ["X", "rms"], ["Y"]),
+            ],
+            opset_imports=[helper.make_opsetid("", {OPSET})],
+            attributes=["epsilon"],
+        )
+    """,
+)
+
+EXERCISES = [q1, q2, q3]

@@ -1,4 +1,4 @@
-"""Exercises of notebook 11 (transformers and LLMs): KV-cache size, INT4 weight size, the causal mask with a cache."""
+"""Exercises of notebook 11 (transformers and LLMs): KV-cache size, INT4 weight size, the causal mask with a cache, what fits."""
 
 from __future__ import annotations
 
@@ -132,6 +132,74 @@ def _check_mask(answer: object) -> str:
     return "new tokens see the whole cache and the earlier new tokens, never the future"
 
 
+# exercise 4 (transfer): a Llama-3-8B shape (8.03e9 parameters, 32 layers, 8 kv heads of 128) in INT4 with FP16 block
+# scales and an FP16 cache, on a 24 GB (decimal) device: weight GB, cache GB per 8,192-token sequence, sequences that fit
+Q4_PARAMETERS, Q4_LAYERS, Q4_QUERY_HEADS, Q4_KV_HEADS, Q4_HEAD_DIM = 8.03e9, 32, 32, 8, 128
+Q4_DEVICE_BYTES, Q4_TOKENS, Q4_BLOCK, Q4_SCALE_BYTES, Q4_CACHE_BYTES = 24e9, 8192, 32, 2, 2
+
+
+def _q4_truth() -> tuple[float, float, int]:
+    weights = Q4_PARAMETERS * (4 + 8 * Q4_SCALE_BYTES / Q4_BLOCK) / 8
+    per_sequence = 2 * Q4_LAYERS * Q4_KV_HEADS * Q4_HEAD_DIM * Q4_CACHE_BYTES * Q4_TOKENS
+    return weights, per_sequence, int((Q4_DEVICE_BYTES - weights) // per_sequence)
+
+
+def _q4_weight_slip(value: float, weights: float) -> str:
+    if _close(value, Q4_PARAMETERS * 0.5 / 1e9):
+        return "the weights count only the 4-bit values: every block of 32 weights also stores one FP16 scale (2 bytes)"
+    if _close(value, weights / 2**30):
+        return "the weights are in GiB (2**30 bytes): the question asks for decimal GB (1e9 bytes)"
+    if _close(value, weights):
+        return "the weights are in bytes: the question asks for GB (divide by 1e9)"
+    if _close(value, Q4_PARAMETERS * 2 / 1e9):
+        return "that is the FP16 size of the weights; they are stored in INT4 with block scales"
+    return f"{value} GB is not the INT4 weight size with FP16 block scales"
+
+
+def _q4_cache_slip(value: float, per_sequence: float) -> str:
+    slips = [
+        (
+            per_sequence * Q4_QUERY_HEADS / Q4_KV_HEADS,
+            "the cache counts the 32 query heads: with GQA only the 8 key/value heads are cached",
+        ),
+        (per_sequence / 2, "the cache counts keys or values only: it stores both, a factor of 2"),
+        (per_sequence * 2, "the cache counts 4-byte values: this cache is FP16, 2 bytes a value"),
+        (per_sequence / 2**30 * 1e9, "the cache is in GiB (2**30 bytes): the question asks for decimal GB (1e9 bytes)"),
+        (per_sequence * 1e9, "the cache is in bytes: the question asks for GB (divide by 1e9)"),
+        (per_sequence * 8000 / Q4_TOKENS, "8K tokens is 8,192 here (2**13), not 8,000"),
+    ]
+    for wrong, cause in slips:
+        if _close(value * 1e9, wrong):
+            return cause
+    return f"{value} GB is not the cache of one 8,192-token sequence"
+
+
+def _check_fit(answer: object) -> str:
+    if not isinstance(answer, (tuple, list)) or len(answer) != 3:
+        raise Incorrect("expected three numbers: (weight GB, cache GB per sequence, number of sequences)")
+    weight_gb, cache_gb, sequences = (_number(value) for value in answer)
+    weights, per_sequence, fits = _q4_truth()
+    if not _close(weight_gb * 1e9, weights):
+        raise Incorrect(_q4_weight_slip(weight_gb, weights))
+    if not _close(cache_gb * 1e9, per_sequence):
+        raise Incorrect(_q4_cache_slip(cache_gb, per_sequence))
+    if sequences != int(sequences):
+        raise Incorrect(f"{sequences} sequences: a sequence fits whole or not at all, give a whole number")
+    if sequences == fits + 1:
+        raise Incorrect(
+            f"{int(sequences)} does not fit: the free memory holds {(Q4_DEVICE_BYTES - weights) / per_sequence:.2f} "
+            "sequences, so round down (and the device has 24e9 bytes, not 24 GiB)"
+        )
+    if sequences == int(Q4_DEVICE_BYTES // per_sequence):
+        raise Incorrect("the weights are on the device too: subtract them before dividing the memory among the caches")
+    if sequences != fits:
+        raise Incorrect(f"{int(sequences)} sequences: divide the memory left after the weights by one sequence's cache, rounded down")
+    return (
+        f"{weights / 1e9:.2f} GB of weights leave {(Q4_DEVICE_BYTES - weights) / 1e9:.2f} GB: {fits} sequences of "
+        f"{per_sequence / 1e9:.2f} GB of cache each"
+    )
+
+
 q1 = Exercise(
     1,
     "size a KV cache",
@@ -182,4 +250,21 @@ q3 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2, q3]
+q4 = Exercise(
+    4,
+    "transfer: what fits on a 24 GB device",
+    _check_fit,
+    hint=(
+        "Three steps, in decimal GB (1e9 bytes): the INT4 weights with one FP16 scale per 32 weights (exercise 2's rule), "
+        "one sequence's cache (exercise 1's rule: only the key/value heads, FP16 here, 8,192 tokens), then the memory left "
+        "after the weights divided by one sequence's cache, rounded down."
+    ),
+    solution_code="""
+        weights = 8.03e9 * (4 + 16 / 32) / 8  # INT4 + one FP16 scale per block of 32: 4.5 bits per weight
+        per_sequence = 2 * 32 * 8 * 128 * 2 * 8192  # K and V x layers x kv heads x head_dim x FP16 bytes x tokens
+        sequences = int((24e9 - weights) // per_sequence)  # what is left after the weights, whole sequences only
+        answer = (weights / 1e9, per_sequence / 1e9, sequences)
+    """,
+)
+
+EXERCISES = [q1, q2, q3, q4]

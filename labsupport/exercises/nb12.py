@@ -254,4 +254,124 @@ q2 = Exercise(
     """,
 )
 
-EXERCISES = [q1, q2]
+# ---------------------------------------------------------------- exercise 3 (transfer): export a token classifier
+TOKEN_LABELS = {0: "low", 1: "middle", 2: "high"}
+_TOKEN_TEXTS = ["31415926", "27182818", "14142135", "17320508"]
+
+
+def save_token_classifier(folder: str | Path, seed: int = 12) -> Path:
+    """A tiny, untrained ``BertForTokenClassification`` (one label per token, 3 labels) with the course tokenizer, saved
+    as a transformers folder: an architecture and a task notebook 12 does not export (exercise 3)."""
+    import torch
+    from transformers import BertConfig, BertForTokenClassification
+
+    from labsupport.topics import hugging_face
+
+    tokenizer = hugging_face.build_tokenizer()
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        id2label=TOKEN_LABELS,
+        label2id={label: index for index, label in TOKEN_LABELS.items()},
+    )
+    torch.manual_seed(seed)
+    model = BertForTokenClassification(config).eval()
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _token_inputs(folder: Path) -> dict[str, np.ndarray]:
+    from transformers import AutoTokenizer
+
+    encoded = AutoTokenizer.from_pretrained(str(folder))(_TOKEN_TEXTS, return_tensors="np")
+    return {name: values.astype(np.int64) for name, values in encoded.items()}
+
+
+def _torch_token_logits(folder: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    import torch
+    from transformers import AutoModelForTokenClassification
+
+    model = AutoModelForTokenClassification.from_pretrained(str(folder)).eval()
+    with torch.no_grad():
+        return model(**{name: torch.from_numpy(values) for name, values in inputs.items()}).logits.numpy()
+
+
+def _check_token_export(answer: object) -> str:
+    import onnxruntime as ort
+
+    from labsupport.exercises.checks import expect_close
+
+    if not callable(answer):
+        raise Incorrect(f"expected a function answer(model_dir, onnx_dir), got {type(answer).__name__}")
+    with tempfile.TemporaryDirectory(prefix="nb12-q3-") as scratch:
+        model_dir, onnx_dir = save_token_classifier(Path(scratch) / "tiny_token_bert"), Path(scratch) / "onnx"
+        with blame_answer("your function failed"):
+            returned = answer(str(model_dir), str(onnx_dir))
+        path = onnx_dir / "model.onnx"
+        if not path.is_file():
+            raise Incorrect(
+                "no model.onnx in onnx_dir: write the export there (save_pretrained(onnx_dir) after from_pretrained(..., "
+                "export=True), or main_export(model_dir, onnx_dir, task=...))"
+            )
+        inputs = _token_inputs(model_dir)
+        want = _torch_token_logits(model_dir, inputs)
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        outputs = [o.name for o in session.get_outputs()]
+        if "logits" not in outputs:
+            raise Incorrect(
+                f"the export's outputs are {outputs}, without the classifier's logits: feature-extraction exports the encoder "
+                "without its head; the task is token-classification"
+            )
+        feed = {i.name: inputs[i.name] for i in session.get_inputs()}
+        with blame_answer("ONNX Runtime cannot run your export"):
+            got = session.run(["logits"], feed)[0]
+        if got.shape != want.shape:
+            raise Incorrect(
+                f"your export's logits have shape {got.shape}, the model's {want.shape} (batch, tokens, labels): "
+                + (
+                    "one row per text is a sequence classifier (text-classification); this model labels every token: "
+                    "token-classification (ORTModelForTokenClassification)"
+                    if got.ndim == 2
+                    else "export the folder's own model and task"
+                )
+            )
+        expect_close(want, got, what="the exported model.onnx's logits vs PyTorch", atol=1e-4, rtol=1e-3)
+        if type(returned).__name__ != "ORTModelForTokenClassification":
+            raise Incorrect(
+                f"the file is right; return the model loaded with ONNX Runtime, an ORTModelForTokenClassification "
+                f"(got {type(returned).__name__})"
+            )
+        import torch
+
+        with blame_answer("the returned model cannot run"):
+            returned_logits = returned(**{name: torch.from_numpy(values) for name, values in inputs.items()}).logits
+        expect_close(want, np.asarray(returned_logits), what="the returned model's logits vs PyTorch", atol=1e-4, rtol=1e-3)
+    return f"model.onnx gives PyTorch's per-token logits {want.shape} within atol=1e-4, and the returned ORTModelForTokenClassification too"
+
+
+q3 = Exercise(
+    3,
+    "transfer: export a token classifier with Optimum",
+    _check_token_export,
+    hint=(
+        "The recipe's route with the ORT class of this task: ORTModelForTokenClassification.from_pretrained(model_dir, "
+        "export=True), then save_pretrained(onnx_dir), and return the model. (main_export(model_dir, onnx_dir, "
+        "task='token-classification') writes the same file.)"
+    ),
+    solution_code="""
+        from optimum.onnxruntime import ORTModelForTokenClassification
+
+        def answer(model_dir, onnx_dir):
+            model = ORTModelForTokenClassification.from_pretrained(model_dir, export=True)  # task from the class
+            model.save_pretrained(onnx_dir)  # model.onnx and config.json
+            return model
+    """,
+)
+
+EXERCISES = [q1, q2, q3]

@@ -2,6 +2,7 @@
 
 import numpy as np
 import onnx
+import pytest
 
 from labsupport.exercises import CORRECT, INCORRECT, nb12
 
@@ -178,3 +179,56 @@ def test_q2_rejects_typical_counting_mistakes():
 def test_q2_accepts_numpy_integers():
     right = nb12.q2.reference_answer()
     assert nb12.q2.evaluate(lambda path: np.int64(right(path))).status == CORRECT
+
+
+def _export_sequence_classifier(model_dir, onnx_dir):
+    from optimum.onnxruntime import ORTModelForSequenceClassification
+
+    model = ORTModelForSequenceClassification.from_pretrained(model_dir, export=True)  # the wrong task: one row per text
+    model.save_pretrained(onnx_dir)
+    return model
+
+
+def _export_features(model_dir, onnx_dir):
+    from optimum.exporters.onnx import main_export
+
+    main_export(model_dir, onnx_dir, task="feature-extraction")  # the encoder without its head
+
+
+def _export_without_saving(model_dir, onnx_dir):
+    from optimum.onnxruntime import ORTModelForTokenClassification
+
+    return ORTModelForTokenClassification.from_pretrained(model_dir, export=True)  # nothing written to onnx_dir
+
+
+def _export_returning_nothing(model_dir, onnx_dir):
+    from optimum.exporters.onnx import main_export
+
+    main_export(model_dir, onnx_dir, task="token-classification")
+
+
+def test_q3_accepts_main_export_then_loading_the_folder():
+    def answer(model_dir, onnx_dir):
+        from optimum.exporters.onnx import main_export
+        from optimum.onnxruntime import ORTModelForTokenClassification
+
+        main_export(model_dir, onnx_dir, task="token-classification")
+        return ORTModelForTokenClassification.from_pretrained(onnx_dir)
+
+    assert nb12.q3.evaluate(answer).status == CORRECT
+
+
+@pytest.mark.parametrize(
+    ("wrong", "named"),
+    [
+        (_export_sequence_classifier, "sequence classifier"),
+        (_export_features, "feature-extraction"),
+        (_export_without_saving, "no model.onnx in onnx_dir"),
+        (_export_returning_nothing, "return the model loaded"),
+        ("ORTModelForTokenClassification", "expected a function"),
+    ],
+)
+def test_q3_names_each_mistake(wrong, named):
+    outcome = nb12.q3.evaluate(wrong)
+    assert outcome.status == INCORRECT
+    assert named in outcome.message

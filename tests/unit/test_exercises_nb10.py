@@ -1,10 +1,14 @@
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 from onnx.reference.op_run import OpRun
+from onnxscript import FLOAT, script
+from onnxscript import opset21 as op
+from onnxscript.values import Opset
 
 from labsupport.exercises import CORRECT, INCORRECT
-from labsupport.exercises.nb10 import q1, q2
+from labsupport.exercises.nb10 import q1, q2, q3
 from labsupport.models.contract import OPSET
 
 
@@ -128,3 +132,104 @@ def test_q1_rejects_more_wrong_ops(wrong):
 )
 def test_q2_rejects_more_wrong_bodies(nodes):
     assert q2.evaluate(_function(nodes)).status == INCORRECT
+
+
+def _rms_function(nodes, attributes=("epsilon",)):
+    return helper.make_function(
+        "course.fn", "RmsNorm", ["X"], ["Y"], nodes, opset_imports=[helper.make_opsetid("", OPSET)], attributes=list(attributes)
+    )
+
+
+def _epsilon_from_attribute():
+    node = helper.make_node("Constant", [], ["eps"])
+    node.attribute.append(onnx.AttributeProto(name="value_float", ref_attr_name="epsilon", type=onnx.AttributeProto.FLOAT))
+    return node
+
+
+def _axes(axis=-1):
+    return helper.make_node("Constant", [], ["axes"], value=helper.make_tensor("axes", onnx.TensorProto.INT64, [1], [axis]))
+
+
+_SQUARE = helper.make_node("Mul", ["X", "X"], ["square"])
+_MEAN_LAST = helper.make_node("ReduceMean", ["square", "axes"], ["ms"])
+_ADD_SQRT_DIV = [
+    helper.make_node("Add", ["ms", "eps"], ["shifted"]),
+    helper.make_node("Sqrt", ["shifted"], ["rms"]),
+    helper.make_node("Div", ["X", "rms"], ["Y"]),
+]
+
+
+def test_q3_accepts_an_onnxscript_function():
+    @script(Opset("course.fn", 1))
+    def RmsNorm(X: FLOAT, epsilon: float = 1e-6) -> FLOAT:
+        mean_square = op.ReduceMean(op.Mul(X, X), op.Constant(value_ints=[-1]), keepdims=1)
+        return op.Div(X, op.Sqrt(op.Add(mean_square, op.CastLike(epsilon, X))))
+
+    assert q3.evaluate(RmsNorm).status == CORRECT
+
+
+@pytest.mark.parametrize(
+    ("wrong", "named"),
+    [
+        (
+            _rms_function([_epsilon_from_attribute(), _SQUARE, helper.make_node("ReduceMean", ["square"], ["ms"]), *_ADD_SQRT_DIV]),
+            "every axis",
+        ),
+        (_rms_function([_epsilon_from_attribute(), _axes(0), _SQUARE, _MEAN_LAST, *_ADD_SQRT_DIV]), "first axis"),
+        (
+            _rms_function(
+                [_axes(), _SQUARE, _MEAN_LAST, helper.make_node("Sqrt", ["ms"], ["rms"]), helper.make_node("Div", ["X", "rms"], ["Y"])]
+            ),
+            "epsilon is ignored",
+        ),
+        (
+            _rms_function([_axes(), _SQUARE, _MEAN_LAST, helper.make_node("Constant", [], ["eps"], value_float=1e-6), *_ADD_SQRT_DIV]),
+            "epsilon is ignored",
+        ),
+        (
+            _rms_function(
+                [
+                    _epsilon_from_attribute(),
+                    _axes(),
+                    _SQUARE,
+                    _MEAN_LAST,
+                    helper.make_node("Sqrt", ["ms"], ["root"]),
+                    helper.make_node("Add", ["root", "eps"], ["rms"]),
+                    helper.make_node("Div", ["X", "rms"], ["Y"]),
+                ]
+            ),
+            "after the square root",
+        ),
+        (
+            _rms_function(
+                [
+                    _epsilon_from_attribute(),
+                    _axes(),
+                    _SQUARE,
+                    _MEAN_LAST,
+                    helper.make_node("Add", ["ms", "eps"], ["rms"]),
+                    helper.make_node("Div", ["X", "rms"], ["Y"]),
+                ]
+            ),
+            "square root is missing",
+        ),
+        (
+            _rms_function(
+                [
+                    _epsilon_from_attribute(),
+                    _axes(),
+                    _SQUARE,
+                    helper.make_node("ReduceMean", ["square", "axes"], ["ms"], keepdims=0),
+                    *_ADD_SQRT_DIV,
+                ]
+            ),
+            "fails the checker",
+        ),
+        (_rms_function([_epsilon_from_attribute(), _axes(), _SQUARE, _MEAN_LAST, *_ADD_SQRT_DIV], attributes=()), "no attribute 'epsilon'"),
+        ("x / sqrt(mean(x**2) + eps)", "expected an onnx.FunctionProto"),
+    ],
+)
+def test_q3_names_each_mistake(wrong, named):
+    outcome = q3.evaluate(wrong)
+    assert outcome.status == INCORRECT
+    assert named in outcome.message

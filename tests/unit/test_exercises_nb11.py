@@ -114,3 +114,35 @@ def test_q3_accepts_the_torch_helper_too():
     from labsupport.models.tiny_transformer import causal_mask
 
     assert nb11.q3.evaluate(lambda past, new: causal_mask(past, new).numpy()).status == CORRECT
+
+
+_Q4_WEIGHTS_GB, _Q4_CACHE_GB = 8.03e9 * 4.5 / 8 / 1e9, 2 * 32 * 8 * 128 * 2 * 8192 / 1e9
+
+
+def test_q4_accepts_the_right_triple_as_a_list_too():
+    assert nb11.q4.evaluate((_Q4_WEIGHTS_GB, _Q4_CACHE_GB, 18)).status == CORRECT
+    assert nb11.q4.evaluate([round(_Q4_WEIGHTS_GB, 2), round(_Q4_CACHE_GB, 2), 18]).status == CORRECT
+
+
+@pytest.mark.parametrize(
+    ("wrong", "named"),
+    [
+        ((8.03e9 * 0.5 / 1e9, _Q4_CACHE_GB, 18), "only the 4-bit values"),
+        ((_Q4_WEIGHTS_GB * 1e9 / 2**30, _Q4_CACHE_GB, 18), "GiB"),
+        ((_Q4_WEIGHTS_GB * 1e9, _Q4_CACHE_GB, 18), "in bytes"),
+        ((_Q4_WEIGHTS_GB, _Q4_CACHE_GB * 4, 18), "query heads"),
+        ((_Q4_WEIGHTS_GB, _Q4_CACHE_GB / 2, 18), "keys or values only"),
+        ((_Q4_WEIGHTS_GB, _Q4_CACHE_GB * 2, 18), "4-byte values"),
+        ((_Q4_WEIGHTS_GB, _Q4_CACHE_GB * 1e9 / 2**30, 18), "GiB"),
+        ((_Q4_WEIGHTS_GB, _Q4_CACHE_GB * 8000 / 8192, 18), "8,192"),
+        ((_Q4_WEIGHTS_GB, _Q4_CACHE_GB, 19), "round down"),
+        ((_Q4_WEIGHTS_GB, _Q4_CACHE_GB, 22), "subtract them"),
+        ((_Q4_WEIGHTS_GB, _Q4_CACHE_GB, 17), "rounded down"),
+        ((_Q4_WEIGHTS_GB, _Q4_CACHE_GB, 18.1), "whole number"),
+        (18, "three numbers"),
+    ],
+)
+def test_q4_names_each_mistake(wrong, named):
+    outcome = nb11.q4.evaluate(wrong)
+    assert outcome.status == INCORRECT
+    assert named in outcome.message
