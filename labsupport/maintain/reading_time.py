@@ -57,15 +57,24 @@ def is_deeper_heading(cell) -> bool:
 
 
 def going_deeper(cells) -> list[bool]:
-    """For each cell, whether it belongs to a Going deeper part (its heading included)."""
+    """For each cell, whether it belongs to a Going deeper part (its heading included).
+
+    A cell belongs where its first line stands; a heading further down a markdown cell opens or closes a part
+    for the cells after it (tests/unit/test_learner_path.py asks for such headings to start a cell of their own).
+    """
     inside, opened_at = [], None
     for cell in cells:
-        found = heading(cell)
-        if found and opened_at is not None and found[0] <= opened_at:
-            opened_at = None
-        if found and found[1].startswith("Going deeper") and opened_at is None:
-            opened_at = found[0]
-        inside.append(opened_at is not None)
+        belongs = None
+        for line in cell.source.splitlines() if cell.cell_type == "markdown" else []:
+            if match := HEADING.match(line):
+                level, text = len(match.group(1)), match.group(2).strip()
+                if opened_at is not None and level <= opened_at:
+                    opened_at = None
+                if opened_at is None and text.startswith("Going deeper"):
+                    opened_at = level
+            if belongs is None and line.strip():
+                belongs = opened_at is not None
+        inside.append(opened_at is not None if belongs is None else belongs)
     return inside
 
 

@@ -91,9 +91,25 @@ def recipe_problems(cells) -> list[str]:
     return problems
 
 
+def _buried_headings(cells) -> list[str]:
+    """Headings further down a markdown cell that open or end a Going deeper part (JupyterLab collapses by a cell's first line)."""
+    problems, opened_at = [], None
+    for cell in cells:
+        lines = [line for line in cell.source.splitlines() if line.strip()] if cell.cell_type == "markdown" else []
+        for position, line in enumerate(lines):
+            if not (found := heading(_md(line))):
+                continue
+            closes = opened_at is not None and found[0] <= opened_at
+            opens = found[1].startswith("Going deeper") and (opened_at is None or closes)
+            if position > 0 and (closes or opens):
+                problems.append(f"start a new markdown cell at {line!r}: it opens or ends a Going deeper part")
+            opened_at = found[0] if opens else None if closes else opened_at
+    return problems
+
+
 def deeper_problems(cells) -> list[str]:
-    """Going deeper parts that do not open collapsed, or that hold an exercise."""
-    problems = []
+    """Going deeper parts that do not open collapsed, hold an exercise, or open or end inside a cell."""
+    problems = _buried_headings(cells)
     for cell, deeper in zip(cells, going_deeper(cells), strict=True):
         if is_deeper_heading(cell) and (cell.metadata.get(COLLAPSED) is not True or DEEPER_TAG not in _tags(cell)):
             problems.append(f"{cell.source[:60]!r}: needs metadata {COLLAPSED}: true and the tag {DEEPER_TAG!r}")
@@ -160,6 +176,12 @@ def test_a_recipe_that_breaks_a_rule_is_named(cells, problem):
 def test_a_plain_recipe_that_defines_its_own_compare_passes():
     cells = [SETUP, RECIPE_HEADING, _cell("def compare(a, b):\n    np.testing.assert_allclose(a, b)", RECIPE_TAG)]
     assert recipe_problems(cells) == []
+
+
+def test_a_going_deeper_part_that_ends_inside_a_cell_is_named():
+    cells = [DEEPER, _cell("x = 1"), _md("Some text.\n\n## Exercises")]
+    assert deeper_problems(cells) == ["start a new markdown cell at '## Exercises': it opens or ends a Going deeper part"]
+    assert deeper_problems([DEEPER, _md("text\n\n### a sub-heading inside the part")]) == []
 
 
 def test_a_going_deeper_part_that_is_open_or_holds_an_exercise_is_named():
