@@ -140,7 +140,7 @@ class VariantReport:
     def _row(self, result: VariantResult, timings: bool, accuracy: bool) -> dict[str, object]:
         row: dict[str, object] = {
             "variant": result.name,
-            "size KB": round(result.size_kb),
+            "size KiB": round(result.size_kb),
             "size ratio": round(self.size_ratio(result.name), 2),
         }
         if accuracy:
@@ -336,7 +336,7 @@ def _measured(report: VariantReport) -> list[str]:
 def _ratio_lines(report: VariantReport) -> list[str]:
     fp32 = report.get("FP32")
     lines = [
-        f"{report.model} (baseline FP32: {fp32.size_kb:,.0f} KB, accuracy {100 * fp32.accuracy:.1f}%)",
+        f"{report.model} (baseline FP32: {fp32.size_kb:,.0f} KiB, accuracy {100 * fp32.accuracy:.1f}%)",
         f"  {'variant':<18}{'size/FP32':>10}{'CPU/FP32 b1':>13}{'CPU/FP32 b64':>14}{'wall/FP32 b64':>15}{'Δacc pt':>9}",
     ]
     for name in _measured(report):

@@ -257,6 +257,8 @@ def _check_eight_bits(model) -> None:
 def _check_model(model) -> str:
     """The single node the quantized MLP leaves in FP32, once the file is shown to be the exercise's QDQ model."""
     ops = {node.op_type for node in model.graph.node}
+    if "DynamicQuantizeLinear" in ops:
+        raise Incorrect("the file holds DynamicQuantizeLinear/MatMulInteger: that is quantize_dynamic; this exercise is quantize_static")
     qoperator = sorted(ops & QOPERATOR_OPS)
     if qoperator:
         raise Incorrect(
@@ -548,6 +550,26 @@ def _check_cancer_structure(model) -> None:
         raise Incorrect("the weights use the full 8 bits (up to 127): pass reduce_range=True, the notebook's portable 7-bit weights")
 
 
+def _check_cancer_calibration(model) -> None:
+    """The input's quantization range must be the calibration rows' MinMax range (asymmetric, or symmetric around 0)."""
+    from onnx import numpy_helper
+
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    quantize = next((n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == CANCER_INPUT), None)
+    if quantize is None or quantize.input[1] not in constants:
+        raise Incorrect(f"the model's input {CANCER_INPUT!r} is not quantized with a fixed scale: calibrate with quantize_static")
+    width = float(constants[quantize.input[1]]) * 255  # the float range the 256 levels of the input cover
+    rows = cancer_data()["calibration"].astype(np.float32)
+    low, high = min(0.0, float(rows.min())), max(0.0, float(rows.max()))
+    expected = (high - low, 2 * max(-low, high) * 255 / 254)  # MinMax, asymmetric (the default) or ActivationSymmetric
+    if not any(abs(width - range_width) <= 0.03 * range_width for range_width in expected):
+        raise Incorrect(
+            f"the input's quantization range spans {width:.3g}, but the calibration rows you are given span {low:.2f}..{high:.2f} "
+            f"({high - low:.3g}): the reader did not feed them all, unchanged (zeros, random or a few rows calibrate other ranges); "
+            "feed every row of calibration_rows as float32 and keep the recipe's MinMax calibration"
+        )
+
+
 def _check_cancer_quantizer(quantize) -> str:
     import onnx
 
@@ -558,6 +580,7 @@ def _check_cancer_quantizer(quantize) -> str:
         dst = Path(folder) / "cancer_int8.onnx"
         _run_learner_quantizer(quantize, src, dst)
         _check_cancer_structure(onnx.load(str(dst)))
+        _check_cancer_calibration(onnx.load(str(dst)))
         ratio = dst.stat().st_size / Path(src).stat().st_size
         quantized, reference = cancer_accuracy(dst), cancer_accuracy(src)
     if ratio > CANCER_SIZE_RATIO:

@@ -105,6 +105,12 @@ def _as_ort_reads_it(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
     return converted, note
 
 
+def _unused_nodes(model) -> list[str]:
+    """Nodes none of whose outputs any node or graph output reads (a dead branch), as 'name (OpType)'."""
+    read = {name for node in model.graph.node for name in node.input} | {value.name for value in model.graph.output}
+    return [f"{node.name or '(unnamed)'} ({node.op_type})" for node in model.graph.node if not (set(node.output) - {""}) & read]
+
+
 def _check_foldable(model) -> str:
     if not isinstance(model, onnx.ModelProto):
         raise Incorrect(f"expected an onnx.ModelProto, got {type(model).__name__}")
@@ -124,14 +130,22 @@ def _check_foldable(model) -> str:
     overridable = sorted({value.name for value in model.graph.input} & {t.name for t in model.graph.initializer})
     if overridable:
         raise Incorrect(
-            f"{', '.join(overridable)} is an initializer and also a graph input: ORT treats it as an input a caller may "
-            "override and folds nothing that reads it; list only the real input(s) in make_graph's inputs"
+            f"{', '.join(overridable)} "
+            f"{'is an initializer and also a graph input' if len(overridable) == 1 else 'are initializers and also graph inputs'}: "
+            "ORT treats such a weight as an input a caller may override and folds nothing that reads it; "
+            "list only the real input(s) in make_graph's inputs"
         )
     reading = _nodes_reading_inputs(model)
     if len(reading) != 1:
         raise Incorrect(
             f"{len(reading)} nodes compute from the graph input; constant folding only removes nodes whose inputs "
             "are all constants (initializers), so exactly one node may touch the input"
+        )
+    unused = _unused_nodes(model)
+    if unused:
+        raise Incorrect(
+            f"{', '.join(unused)}: no node and no graph output reads what they compute, so ORT drops them instead of folding "
+            "them; feed the constant they compute into the node that reads the input"
         )
     with tempfile.TemporaryDirectory() as folder, blame_answer("ONNX Runtime cannot optimize the model"):
         folded = onnx.load(optimize_to_file(model, "basic", Path(folder) / "folded.onnx"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -17,6 +18,7 @@ from labsupport.exercises.nb06 import (
     CANCER_INPUT,
     RESTORE_THRESHOLD,
     cancer_accuracy,
+    cancer_data,
     cancer_model,
     float_compute_nodes,
     mlp_preprocessed,
@@ -248,6 +250,7 @@ def test_q2_accepts_unsigned_7_bit_per_channel_weights():
         (lambda: quantizer(weight_type=QuantType.QUInt8, per_channel=False, reduce_range=False), "per_channel=True"),  # U8U8 (review 3)
         (lambda: quantizer(weight_type=QuantType.QUInt8, reduce_range=False), "reduce_range=True"),  # U8U8, 8-bit weights
         (lambda: quantizer(nodes=["node_matmul"], source=str(ensure_digits_mlp())), "at src"),  # the raw export, not src
+        (lambda: lambda src, dst: quantize_dynamic(src, dst), "that is quantize_dynamic"),  # was blamed on the QOperator format
         (lambda: shutil.copy, "no QuantizeLinear"),  # no quantization at all
         (lambda: lambda src, dst: None, "wrote nothing"),
         (lambda: "node_matmul/MatMulAddFusion", "your function"),  # a node name instead of a function
@@ -389,6 +392,34 @@ def test_q4_the_reference_model_is_the_exercise_s_and_the_right_answer_passes():
     assert outcome.status == CORRECT, outcome.message
 
 
+def preprocessed_quantizer(src, dst, calibration_rows):
+    """A right variant: the recipe's quant_pre_process first, then batches of 20."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = Path(dst).with_name("pre.onnx")
+    quant_pre_process(src, pre)
+    name, data = onnx.load(src).graph.input[0].name, calibration_rows.astype(np.float32)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter(np.split(data, 3))
+
+        def get_next(self):
+            batch = next(self.batches, None)
+            return None if batch is None else {name: batch}
+
+    quantize_static(pre, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=True)
+
+
+@pytest.mark.parametrize(
+    "right",
+    [preprocessed_quantizer, cancer_quantizer(extra_options={"ActivationSymmetric": True})],
+)
+def test_q4_accepts_right_variants(right):
+    outcome = q4.evaluate(right)
+    assert outcome.status == CORRECT, outcome.message
+
+
 def dynamic_quantizer(src, dst, calibration_rows):
     quantize_dynamic(src, dst)
 
@@ -402,7 +433,11 @@ def dynamic_quantizer(src, dst, calibration_rows):
         (cancer_quantizer(per_channel=False), "per_channel=True"),
         (cancer_quantizer(reduce_range=False), "reduce_range=True"),
         (cancer_quantizer(quant_format=QuantFormat.QOperator), "QuantFormat.QDQ"),
-        (cancer_quantizer(rows=np.random.default_rng(0).uniform(0, 0.01, (60, 30))), "calibrate on the calibration rows"),
+        (cancer_quantizer(rows=np.random.default_rng(0).uniform(0, 0.01, (60, 30))), "feed every row of calibration_rows"),
+        # calibration data that keeps the accuracy within 2 points all the same: caught by the input's range
+        (cancer_quantizer(rows=np.zeros((60, 30))), "feed every row of calibration_rows"),
+        (cancer_quantizer(rows=np.random.default_rng(0).standard_normal((60, 30))), "feed every row of calibration_rows"),
+        (cancer_quantizer(rows=np.repeat(cancer_data()["calibration"][:1], 60, axis=0)), "feed every row of calibration_rows"),
         (lambda src, dst, rows: shutil.copy(src, dst), "no QuantizeLinear"),
         (lambda src, dst, rows: None, "wrote nothing"),
         ("mlp_int8_static.onnx", "your function"),

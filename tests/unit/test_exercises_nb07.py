@@ -235,6 +235,21 @@ def test_q1_rejects_constants_that_are_only_reshaped():
     assert outcome.status == INCORRECT and "Reshape only changes their shape" in outcome.message, outcome.message
 
 
+def test_q1_rejects_a_constant_branch_that_nothing_reads():
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    dead_branch = _model(
+        [
+            helper.make_node("Transpose", ["W"], ["w_t"], name="transpose"),
+            helper.make_node("Mul", ["w_t", "half"], ["w_scaled"], name="scale"),
+            helper.make_node("MatMul", ["x", "W"], ["y"], name="matmul"),  # reads W, not the computed w_scaled
+        ],
+        [W, half],
+        x_shape=("N", 3),
+    )
+    outcome = q1.evaluate(dead_branch)
+    assert outcome.status == INCORRECT and "no node and no graph output reads" in outcome.message, outcome.message
+
+
 def test_q1_says_that_an_output_needs_a_shape():
     model = _foldable(opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, None))
