@@ -27,6 +27,8 @@ def _check_scale(scale) -> str:
 
 
 def _check_scaled(raw: np.ndarray, result: object) -> None:
+    if result is None:
+        raise Incorrect("your function returned None: return the scaled array (is the return statement missing?)")
     out = np.asarray(result)
     if not np.issubdtype(out.dtype, np.number):
         raise Incorrect(f"expected an array of numbers, got {type(result).__name__} of {out.dtype}")

@@ -203,3 +203,11 @@ def test_nb00_q3_names_a_scaler_fitted_outside_the_model(wine):
     bare = LogisticRegression(max_iter=1000).fit(scaled, y)
     outcome = nb00.q3.evaluate((bare, _wine_onnx(bare)))
     assert outcome.status == INCORRECT and "put any scaling inside the model" in outcome.message, outcome.message
+
+
+def test_nb00_q1_names_a_function_that_returns_nothing():
+    def forgot_return(pixels):
+        (np.asarray(pixels) / 16).astype(np.float32)
+
+    outcome = nb00.q1.evaluate(forgot_return)
+    assert outcome.status == INCORRECT and "returned None" in outcome.message, outcome.message
