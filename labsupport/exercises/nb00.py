@@ -27,6 +27,8 @@ def _check_scale(scale) -> str:
 
 
 def _check_scaled(raw: np.ndarray, result: object) -> None:
+    if result is None:
+        raise Incorrect("your function returned None: return the scaled array (is the return statement missing?)")
     out = np.asarray(result)
     if not np.issubdtype(out.dtype, np.number):
         raise Incorrect(f"expected an array of numbers, got {type(result).__name__} of {out.dtype}")
@@ -105,18 +107,27 @@ def _wine() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_wine(answer) -> str:
-    if not isinstance(answer, tuple) or len(answer) != 2:
+    if not isinstance(answer, tuple | list) or len(answer) != 2:
         raise Incorrect(f"expected a pair (fitted scikit-learn model, ONNX model), got {type(answer).__name__}")
     estimator, onnx_model = answer
-    if not hasattr(estimator, "predict_proba"):
+    if not hasattr(estimator, "predict"):
         raise Incorrect(f"the first item must be the fitted scikit-learn classifier, got {type(estimator).__name__}")
+    if not hasattr(estimator, "predict_proba"):
+        raise Incorrect(
+            f"{type(estimator).__name__} has no predict_proba(), so there are no probabilities to export: "
+            "choose a classifier that gives them (LogisticRegression, RandomForestClassifier, ...)"
+        )
     if getattr(estimator, "n_features_in_", None) != WINE_FEATURES:
         seen = getattr(estimator, "n_features_in_", "no")
         raise Incorrect(f"the classifier was fitted on {seen} features; the wine data has {WINE_FEATURES} (load_wine)")
     X, y = _wine()
     accuracy = float((estimator.predict(X) == y).mean())
     if accuracy < WINE_MIN_ACCURACY:
-        raise Incorrect(f"the classifier gets {accuracy:.0%} of the wines right: fit it on load_wine's data and target")
+        raise Incorrect(
+            f"the classifier gets {accuracy:.0%} of the raw wine measurements right: fit it on load_wine's data and "
+            "target, and put any scaling inside the model (make_pipeline(StandardScaler(), ...)) so that the ONNX file "
+            "scales the raw rows too"
+        )
     session = onnx_session(onnx_model, "the ONNX model (a ModelProto or a .onnx path)")
     _wine_signature(session)
     with blame_answer("ONNX Runtime fails on the wine data"):

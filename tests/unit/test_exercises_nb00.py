@@ -154,6 +154,7 @@ def test_nb00_q3_accepts_the_recipe_on_wine_with_other_classifiers(wine, tmp_pat
     path = tmp_path / "forest.onnx"
     path.write_bytes(_wine_onnx(forest).SerializeToString())
     assert nb00.q3.evaluate((forest, str(path))).status == CORRECT  # a path is fine too
+    assert nb00.q3.evaluate([model, _wine_onnx(model)]).status == CORRECT  # a list is a pair too
 
 
 def test_nb00_q3_names_each_mistake(wine):
@@ -172,7 +173,7 @@ def test_nb00_q3_names_each_mistake(wine):
         "expected a pair": _wine_onnx(model),
         "fitted scikit-learn classifier": (_wine_onnx(model), model),
         "fitted on 64 features": (digits_model, _wine_onnx(model)),
-        "of the wines right": (shuffled, _wine_onnx(shuffled)),
+        "of the raw wine measurements right": (shuffled, _wine_onnx(shuffled)),
         "one input named 'measurements'": (model, to_onnx(model, X[:1], options={"zipmap": False})),
         "must be float32": (model, _wine_onnx(model, tensor_type=DoubleTensorType)),
         "shape must be [None, 13]": (model, _wine_onnx(model, shape=(1, 13))),
@@ -182,3 +183,31 @@ def test_nb00_q3_names_each_mistake(wine):
     for reason, answer in wrong.items():
         outcome = nb00.q3.evaluate(answer)
         assert outcome.status == INCORRECT and reason in outcome.message, (reason, outcome.message)
+
+
+def test_nb00_q3_names_a_classifier_without_probabilities(wine):
+    from sklearn.linear_model import RidgeClassifier
+
+    X, y, _ = wine
+    ridge = RidgeClassifier().fit(X, y)  # a classifier, but no predict_proba
+    outcome = nb00.q3.evaluate((ridge, _wine_onnx(ridge, zipmap=True)))
+    assert outcome.status == INCORRECT and "has no predict_proba()" in outcome.message, outcome.message
+
+
+def test_nb00_q3_names_a_scaler_fitted_outside_the_model(wine):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    X, y, _ = wine
+    scaled = StandardScaler().fit_transform(X).astype(np.float32)  # scaled by hand, then only the classifier exported
+    bare = LogisticRegression(max_iter=1000).fit(scaled, y)
+    outcome = nb00.q3.evaluate((bare, _wine_onnx(bare)))
+    assert outcome.status == INCORRECT and "put any scaling inside the model" in outcome.message, outcome.message
+
+
+def test_nb00_q1_names_a_function_that_returns_nothing():
+    def forgot_return(pixels):
+        (np.asarray(pixels) / 16).astype(np.float32)
+
+    outcome = nb00.q1.evaluate(forgot_return)
+    assert outcome.status == INCORRECT and "returned None" in outcome.message, outcome.message

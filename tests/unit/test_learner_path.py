@@ -32,7 +32,7 @@ def _bound(tree: ast.AST) -> set[str]:
             names.add(node.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
-        elif isinstance(node, ast.arg):
+        elif isinstance(node, ast.arg):  # a parameter is bound where its function is defined
             names.add(node.arg)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
@@ -194,3 +194,8 @@ def test_a_name_defined_only_in_a_going_deeper_part_and_used_later_is_named():
     cells = [DEEPER, _cell("table = 1"), _md("## 2 · Main path"), _cell("print(table)")]
     assert first_reading_problems(cells) == ["['table'] are defined only in a Going deeper part: 'print(table)'"]
     assert first_reading_problems([_cell("table = 0"), *cells]) == []
+
+
+def test_a_parameter_is_bound_in_its_own_cell():
+    cells = [DEEPER, _cell("for key, value in {}.items():\n    pass"), _md("## 2 · Main path"), _cell("def f(value):\n    return value")]
+    assert first_reading_problems(cells) == []
