@@ -82,7 +82,7 @@ def _check_outputs(session, feeds, model, features) -> str:
     if agreement < 1.0:
         raise Incorrect(f"the labels agree with scikit-learn on only {agreement:.1%} of rows (expected 100%)")
     try:
-        compare(model.predict_proba(features), probabilities, atol=PROBABILITY_ATOL, rtol=1e-4, name="probabilities")
+        compare(model.predict_proba(features), probabilities, atol=PROBABILITY_ATOL, rtol=0, name="probabilities")
     except ParityError as error:
         raise Incorrect(f"the probabilities differ from scikit-learn's: {error}") from None
     return f"labels 100% equal, probabilities within {PROBABILITY_ATOL:g} of scikit-learn's"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from skl2onnx import to_onnx
 
@@ -261,3 +262,19 @@ def test_q2_names_the_shape_mistake_instead_of_a_runtime_error(shape, reason):
     converted = to_onnx(exercise_table()[2], initial_types=_table_columns(shape), options={"zipmap": False}, target_opset=OPSET)
     outcome = q2.evaluate(converted)
     assert outcome.status == INCORRECT and reason in outcome.message and "ONNXRuntimeError" not in outcome.message, outcome.message
+
+
+def test_q1_probabilities_off_by_more_than_the_stated_1e5_fail():
+    """The message says 'within 1e-05': a relative slack of 1e-4 must not let 5e-5 through near 1.0."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = q1.reference_answer()
+    probabilities = model.graph.output[1].name
+    for node in model.graph.node:
+        node.output[:] = [f"{name}_exact" if name == probabilities else name for name in node.output]
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1 + 5e-5], np.float32), "nudge"))
+    model.graph.node.append(helper.make_node("Mul", [f"{probabilities}_exact", "nudge"], [probabilities]))
+    onnx.checker.check_model(model)
+    outcome = q1.evaluate(model)
+    assert outcome.status == INCORRECT and "probabilities differ" in outcome.message, outcome.message
