@@ -69,6 +69,7 @@ def _check_outputs(session, feeds, model, features) -> str:
             f"(outputs {[o.name for o in outputs]}); convert with options={{'zipmap': False}}"
         )
     names = [o.name for o in outputs[:2]]  # extra outputs (class labels) are fine
+    _require_table_shapes(session)
     first_row = {name: value[:1] for name, value in feeds.items()}
     with blame_answer("running the model on a single row failed (is the batch dimension None?)"):
         session.run(names, first_row)
@@ -81,10 +82,25 @@ def _check_outputs(session, feeds, model, features) -> str:
     if agreement < 1.0:
         raise Incorrect(f"the labels agree with scikit-learn on only {agreement:.1%} of rows (expected 100%)")
     try:
-        compare(model.predict_proba(features), probabilities, atol=PROBABILITY_ATOL, rtol=1e-4, name="probabilities")
+        compare(model.predict_proba(features), probabilities, atol=PROBABILITY_ATOL, rtol=0, name="probabilities")
     except ParityError as error:
         raise Incorrect(f"the probabilities differ from scikit-learn's: {error}") from None
     return f"labels 100% equal, probabilities within {PROBABILITY_ATOL:g} of scikit-learn's"
+
+
+def _require_table_shapes(session) -> None:
+    """Every input is 2-D with a free batch dimension: (N, columns), or (N, 1) for one column of a table."""
+    for model_input in session.get_inputs():
+        shape = model_input.shape
+        if len(shape) != 2:
+            raise Incorrect(
+                f"input {model_input.name!r} has shape {shape}: declare it 2-D, [None, width] (one column of a table is [None, 1])"
+            )
+        if isinstance(shape[0], int):
+            raise Incorrect(
+                f"input {model_input.name!r} has a fixed batch dimension of {shape[0]} rows: declare None, "
+                "so that the model takes any number of rows"
+            )
 
 
 def _check_plain_tensor(answer) -> str:
@@ -238,8 +254,9 @@ def _check_converter(answer) -> str:
             )
         input_name, input_type, input_shape = inputs[0]
         if input_name != FEATURES:
+            default = " (the converter's default for a sample)" if input_name == "X" else ""
             raise Incorrect(
-                f"the input is named {input_name!r} (the converter's default); name it {FEATURES!r}: "
+                f"the input is named {input_name!r}{default}; name it {FEATURES!r}: "
                 f"initial_types=[({FEATURES!r}, FloatTensorType([None, n_columns]))]"
             )
         if input_type != "tensor(float)":

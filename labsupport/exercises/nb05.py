@@ -12,8 +12,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import onnxruntime as ort
-from onnxruntime.capi import _pybind_state
-from onnxruntime.capi import onnxruntime_pybind11_state as _pybind11_state
 
 from labsupport.exercises import Exercise, Incorrect, NotAttempted
 from labsupport.exercises.checks import error_summary
@@ -129,20 +127,19 @@ def _check_listed_but_not_started(used_provider, model: str) -> str:
 
 @contextmanager
 def _listed_as_available(name: str, used_provider):
-    """While the block runs, get_available_providers() also lists ``name``, as onnxruntime-gpu lists CUDA everywhere.
+    """While the block runs, the learner's get_available_providers() also lists ``name``, as onnxruntime-gpu lists CUDA.
 
-    Every name bound to that function is rebound: ``ort.``'s, those of the ``onnxruntime.capi`` modules (which
-    ORT's own InferenceSession reads) and those in the learner's globals (``from onnxruntime import ...``). A
-    session asked for ``name`` then finds no such provider in this build and goes on to the next wish quietly,
-    as a GPU build without its libraries does: the checker's session and the learner's behave alike.
+    Only public bindings are rebound: ``onnxruntime.get_available_providers`` and the names in the learner's globals
+    bound to it (``from onnxruntime import ...``). Nothing inside ``onnxruntime.capi`` is touched, so ORT's own
+    InferenceSession still reads the real list: it warns that ``name`` is not available (the checker ignores that
+    warning) and goes on to the next wish, as a GPU build without its libraries does (quietly, there).
     """
     original = ort.get_available_providers
 
     def listed() -> list[str]:
         return [name, *original()]
 
-    bindings = [vars(module) for module in (ort, _pybind_state, _pybind11_state)]
-    bindings.append(getattr(inspect.unwrap(used_provider), "__globals__", {}))
+    bindings = [vars(ort), getattr(inspect.unwrap(used_provider), "__globals__", {})]
     replaced = [(namespace, key) for namespace in bindings for key, value in list(namespace.items()) if value is original]
     for namespace, key in replaced:
         namespace[key] = listed

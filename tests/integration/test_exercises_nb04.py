@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from skl2onnx import to_onnx
 
@@ -106,7 +107,7 @@ def _refit_on_fewer_rows():
 @pytest.mark.parametrize(
     ("wrong", "reason"),
     [
-        (_fixed_batch_of_the_test_split, "single row failed"),  # review 4: accepted a fixed batch of 540
+        (_fixed_batch_of_the_test_split, "fixed batch dimension of 540"),  # review 4: accepted a fixed batch of 540
         (_refit_on_fewer_rows, "labels agree"),
         (lambda: to_onnx(exercise_pipeline()[-1], load_digits().train.flat[:1], options={"zipmap": False}), "labels agree"),
     ],
@@ -197,7 +198,7 @@ def _named(name, shape_of):
         (lambda pipeline, frame: to_onnx(pipeline, frame.to_numpy("float32")[:1], options={"zipmap": False}, target_opset=OPSET), "'X'"),
         (lambda pipeline, frame: to_onnx(pipeline, frame[:1], options={"zipmap": False}, target_opset=OPSET), "one input per column"),
         (_named("features", lambda frame: [None, 13]), "do not hard-code"),
-        (_named("features", lambda frame: [len(frame), frame.shape[1]]), "single row failed"),
+        (_named("features", lambda frame: [len(frame), frame.shape[1]]), "fixed batch dimension"),
         (_named("double", lambda frame: [None, frame.shape[1]]), "float32"),
         (
             lambda pipeline, frame: to_onnx(pipeline, initial_types=_features("features", [None, frame.shape[1]]), target_opset=OPSET),
@@ -236,3 +237,44 @@ def test_q3_the_wine_copy_is_the_learners_to_change():
     frame["alcohol"] = 0.0
     pipeline.fit(frame, target)
     assert frame.shape == (178, 13) and nb04.q3.evaluate(nb04.q3.reference_answer()).status == CORRECT
+
+
+def test_q3_a_name_of_the_learners_own_is_not_called_the_converters_default():
+    outcome = nb04.q3.evaluate(_named("input", lambda frame: [None, frame.shape[1]]))
+    assert outcome.status == INCORRECT and "'features'" in outcome.message and "default" not in outcome.message, outcome.message
+
+
+def _table_columns(shape):
+    """initial_types for exercise 2's table, one column per input, each with the given shape."""
+    from pandas.api.types import is_numeric_dtype
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+
+    frame = exercise_table()[0]
+    return [(name, FloatTensorType(shape) if is_numeric_dtype(frame[name]) else StringTensorType(shape)) for name in frame.columns]
+
+
+@pytest.mark.parametrize(
+    ("shape", "reason"),
+    [([None], "declare it 2-D"), ([1, 1], "fixed batch dimension of 1 rows")],
+    ids=["one-dimensional-columns", "batch-of-one"],
+)
+def test_q2_names_the_shape_mistake_instead_of_a_runtime_error(shape, reason):
+    converted = to_onnx(exercise_table()[2], initial_types=_table_columns(shape), options={"zipmap": False}, target_opset=OPSET)
+    outcome = q2.evaluate(converted)
+    assert outcome.status == INCORRECT and reason in outcome.message and "ONNXRuntimeError" not in outcome.message, outcome.message
+
+
+def test_q1_probabilities_off_by_more_than_the_stated_1e5_fail():
+    """The message says 'within 1e-05': a relative slack of 1e-4 must not let 5e-5 through near 1.0."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = q1.reference_answer()
+    probabilities = model.graph.output[1].name
+    for node in model.graph.node:
+        node.output[:] = [f"{name}_exact" if name == probabilities else name for name in node.output]
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1 + 5e-5], np.float32), "nudge"))
+    model.graph.node.append(helper.make_node("Mul", [f"{probabilities}_exact", "nudge"], [probabilities]))
+    onnx.checker.check_model(model)
+    outcome = q1.evaluate(model)
+    assert outcome.status == INCORRECT and "probabilities differ" in outcome.message, outcome.message
