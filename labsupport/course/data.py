@@ -7,7 +7,7 @@ The calibration split is what the quantization notebook (06) calibrates on; the 
 never trained or calibrated on.
 
 Rebuild the shipped files (bit for bit, the checksums do not change) with
-``python -m labsupport.course.data rebuild``; verify them with ``python -m labsupport.course.data verify``.
+``python -m labsupport.maintain.data_files rebuild``; verify them with ``python -m labsupport.maintain.data_files verify``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +29,7 @@ SPLIT_SEED = 0
 TEST_FRACTION = 0.30
 CALIBRATION_FRACTION = 0.10
 PIXEL_MAX = 16.0
-REBUILD_HINT = "regenerate it with `python -m labsupport.course.data rebuild` (or `git checkout data/`)"
+REBUILD_HINT = "regenerate it with `python -m labsupport.maintain.data_files rebuild` (or `git checkout data/`)"
 
 
 class DataIntegrityError(RuntimeError):
@@ -143,45 +142,3 @@ def build_digits() -> dict[str, bytes]:
     split[test] = SPLIT_CODES["test"]
     arrays = {"digits/images.npy": images, "digits/labels.npy": labels, "digits/split.npy": split}
     return {name: _npy_bytes(array) for name, array in arrays.items()}
-
-
-def rebuild(root: Path | None = None) -> list[str]:
-    """Rewrite the shipped data files and data/MANIFEST; returns the manifest lines."""
-    root = root or data_dir()
-    lines = []
-    for name, payload in build_digits().items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(payload)
-        lines.append(f"{hashlib.sha256(payload).hexdigest()}  {name}")
-    header = [
-        "# sha256  path   (checked by labsupport.course.data; rebuild: python -m labsupport.course.data rebuild)",
-        "# digits/*: scikit-learn's bundled 8x8 digits (UCI ML hand-written digits, 1,797 images),",
-        "#   pixels 0..16 as uint8; split.npy: 0 train, 1 calibration, 2 test (stratified, seed 0).",
-    ]
-    (root / MANIFEST_NAME).write_text("\n".join(header + lines) + "\n", encoding="utf-8")
-    return lines
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m labsupport.course.data verify|rebuild``."""
-    command = (argv if argv is not None else sys.argv[1:]) or ["verify"]
-    if command[0] == "rebuild":
-        for line in rebuild():
-            print(line)
-        return 0
-    if command[0] == "verify":
-        try:
-            for name in read_manifest():
-                verified_path(name)
-                print(f"ok  data/{name}")
-        except DataIntegrityError as error:
-            print(f"ERROR: {error}", file=sys.stderr)
-            return 1
-        return 0
-    print("usage: python -m labsupport.course.data [verify|rebuild]", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from labsupport.course import data, paths
+from labsupport.maintain import data_files
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def test_shipped_files_match_the_manifest_and_rebuild_bit_for_bit(data_copy):
     assert set(manifest) == set(data.DIGITS_FILES)
     for name in manifest:
         assert data.verified_path(name).is_file()
-    data.rebuild(data_copy)
+    data_files.rebuild(data_copy)
     assert data.read_manifest(data_copy) == manifest
 
 
@@ -43,7 +44,7 @@ def test_corrupted_file_names_file_checksum_and_fix(data_copy):
         data.load_digits(data_copy)
     message = str(error.value)
     assert "data/digits/images.npy is corrupted" in message
-    assert expected in message and "python -m labsupport.course.data rebuild" in message
+    assert expected in message and "python -m labsupport.maintain.data_files rebuild" in message
 
 
 def test_missing_file_and_missing_manifest(data_copy):
@@ -61,9 +62,9 @@ def test_unlisted_file_is_refused(data_copy):
 
 
 def test_command_line_verify_and_usage(capsys):
-    assert data.main(["verify"]) == 0
+    assert data_files.main(["verify"]) == 0
     assert "ok  data/digits/images.npy" in capsys.readouterr().out
-    assert data.main(["nonsense"]) == 2
+    assert data_files.main(["nonsense"]) == 2
 
 
 def test_sha256_of_matches_the_manifest_and_hashlib(tmp_path):
