@@ -228,12 +228,14 @@ def _sequence_feed(batch: int, steps: int) -> np.ndarray:
 
 
 def _fixed_axes(session) -> str | None:
-    """Which axes of the only input the file fixes to a number, said in words; None when batch and steps are both symbolic."""
+    """What the file fixes about the batch and steps axes, said in words; None when each has a symbol of its own."""
     shape = session.get_inputs()[0].shape
     if len(shape) != 3:
         return f"the input has shape {shape}; expected (batch, steps, {SEQUENCE_FEATURES})"
     fixed = [f"axis {axis} ({what}) is fixed to {shape[axis]}" for axis, what in ((0, "the batch"), (1, "the sequence length"))]
     fixed = [text for text, size in zip(fixed, shape[:2], strict=True) if isinstance(size, int)]
+    if not fixed and shape[0] == shape[1]:  # one Dim for both axes: the file promises batch == steps
+        return f"the batch and the sequence length are one symbol, {shape[0]!r}, so the file says they are always equal"
     return "; ".join(fixed) or None
 
 
@@ -247,8 +249,8 @@ def _check_sequence_export(answer) -> str:
         raise Incorrect(f'name the input "sequence" and the output "logits"; got {inputs[0].name!r} and {outputs[0].name!r}')
     if fixed := _fixed_axes(session):
         raise Incorrect(
-            f"{fixed} in the file: give both axes a Dim in dynamic_shapes, and an example whose batch and length are "
-            "not 0 or 1 (torch.export specialises those sizes)"
+            f"{fixed} in the file: give each axis its own Dim in dynamic_shapes, and an example whose batch and length "
+            "are not 0 or 1 (torch.export specialises those sizes)"
         )
     model = exercise_sequence_cnn()
     for batch, steps in SEQUENCE_SHAPES:

@@ -81,7 +81,19 @@ def _compare_at_batch_sizes(session, output: str, nchw: bool, reference, logs: b
             if logs:  # the untrained model's probabilities all lie near 0.1: their logarithms show a 1% temperature
                 compare(np.log(want), np.log(np.maximum(got, 1e-30)), atol=1e-4, rtol=1e-4, name=f"batch {batch} log")
         except ParityError as error:
-            raise Incorrect(f"the outputs differ from TensorFlow's at batch size {batch}: {error}") from None
+            raise Incorrect(
+                f"the outputs differ from TensorFlow's at batch size {batch}{_what_it_looks_like(got, logs)}: {error}"
+            ) from None
+
+
+def _what_it_looks_like(got: np.ndarray, probabilities_wanted: bool) -> str:
+    """A clause naming the likely mistake: probabilities where logits are wanted, or rows that are no probabilities."""
+    rows_sum_to_one = bool(np.allclose(got.sum(axis=-1), 1.0, atol=1e-4)) and bool((got >= 0).all())
+    if probabilities_wanted and not rows_sum_to_one:
+        return " (its rows are not probabilities that sum to 1: apply tf.nn.softmax to the logits, over the last axis)"
+    if not probabilities_wanted and rows_sum_to_one:
+        return " (its rows sum to 1, like probabilities: convert the model itself, whose output is the logits)"
+    return ""
 
 
 def _answer_session(answer):

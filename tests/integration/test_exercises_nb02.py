@@ -221,6 +221,7 @@ def test_q2_says_which_op_the_exporter_cannot_translate():
 
 # exercise 3 (transfer): a 1-D CNN over (batch, steps, 8) sequences, batch and sequence length dynamic
 BATCH_AND_STEPS = {"sequence": {0: torch.export.Dim("batch"), 1: torch.export.Dim("steps")}}
+ONE_DIM = torch.export.Dim("size")
 
 
 def _export_sequence_model(model: nn.Module, path, example_shape=(3, 5, 8), **options) -> str:
@@ -255,6 +256,8 @@ def test_q3_accepts_dynamic_shapes_by_position(tmp_path):
         # an example of one step: torch.onnx.export specialises the length to 1 without a word
         ({"dynamic_shapes": BATCH_AND_STEPS}, (3, 1, 8), "axis 1 (the sequence length) is fixed to 1"),
         ({"dynamic_shapes": BATCH_AND_STEPS, "input_names": ["x"]}, (3, 5, 8), 'name the input "sequence"'),
+        # one Dim for both axes: ONNX Runtime runs (1, 12), but the file declares the batch and the length equal
+        ({"dynamic_shapes": {"sequence": {0: ONE_DIM, 1: ONE_DIM}}}, (5, 5, 8), "one symbol"),
         ({"dynamic_shapes": BATCH_AND_STEPS, "external_data": True}, (3, 5, 8), "external_data=False"),
     ],
 )

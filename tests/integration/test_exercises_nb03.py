@@ -55,6 +55,21 @@ def test_q1_wrong_answers_fail(wrong, reason):
 def test_q2_rejects_logits(logits_model):
     outcome = q2.evaluate(logits_model)  # logits, not probabilities
     assert outcome.status == INCORRECT and "differ from TensorFlow" in outcome.message
+    assert "not probabilities that sum to 1" in outcome.message, outcome.message
+
+
+def test_q1_rejects_probabilities_and_says_so():
+    outcome = q1.evaluate(q2.reference_answer())  # the softmax of exercise 2, where exercise 1 wants the logits
+    assert outcome.status == INCORRECT and "sum to 1, like probabilities" in outcome.message, outcome.message
+
+
+def test_q2_names_a_softmax_over_the_wrong_axis_and_a_log_softmax():
+    for body in (
+        lambda model, image: tf.nn.softmax(model(image, training=False), axis=0),
+        lambda model, image: tf.nn.log_softmax(model(image, training=False)),
+    ):
+        outcome = q2.evaluate(_probabilities_function(body))
+        assert outcome.status == INCORRECT and "not probabilities that sum to 1" in outcome.message, outcome.message
 
 
 def test_q2_fixed_batch_function_fails():
