@@ -9,6 +9,7 @@ if a notebook or the README is out of date (tests/unit/test_consistency.py runs 
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -166,7 +167,9 @@ def sync(check: bool = False) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    check = "--check" in argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a notebook or the README is out of date")
+    check = parser.parse_args(argv).check
     stale = sync(check=check)
     verb = "out of date" if check else "updated"
     for name in stale:
