@@ -172,12 +172,22 @@ def _rms_function_proto(function) -> onnx.FunctionProto:
     return function
 
 
+def _dropped_axis_hint(function: onnx.FunctionProto) -> str:
+    """A pointer to keepdims when a reduction in the body drops its axis (the usual cause of a broadcast failure here)."""
+    dropped = any(
+        node.op_type.startswith("Reduce") and any(a.name == "keepdims" and a.i == 0 for a in node.attribute) for node in function.node
+    )
+    return (
+        " (a Reduce node has keepdims=0, so the mean square loses its axis and cannot broadcast against x: keepdims=1)" if dropped else ""
+    )
+
+
 def _check_rms_function(function) -> str:
     function = _rms_function_proto(function)
     rng = np.random.default_rng(35)
     for shape, epsilon in _RMS_CASES:
         model = _rms_model(function, shape, epsilon)
-        with blame_answer(f"a model using your function at shape {shape} fails the checker"):
+        with blame_answer(f"a model using your function at shape {shape} fails the checker{_dropped_axis_hint(function)}"):
             onnx.checker.check_model(model, full_check=True)
         session = onnx_session(model)
         x = rng.normal(0, 0.5, size=shape).astype(np.float32)
