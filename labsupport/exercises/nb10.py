@@ -118,9 +118,9 @@ q2 = Exercise(
     """,
 )
 
-# exercise 3: RMS normalization over the last axis, checked at three ranks; small values, so epsilon matters
-_RMS_SHAPES = [(4, 8), (2, 3, 16), (7,)]
-_RMS_EPSILON = 0.5
+# exercise 3: RMS normalization over the last axis, checked at three ranks, each with its own epsilon on the node (a
+# function that hard-codes one value fails the others); small values, so epsilon matters
+_RMS_CASES = [((4, 8), 0.5), ((2, 3, 16), 2.0), ((7,), 0.125)]
 
 
 def rms_norm(x: np.ndarray, epsilon: float) -> np.ndarray:
@@ -144,8 +144,8 @@ def _rms_mistakes(x: np.ndarray, epsilon: float) -> dict[str, np.ndarray]:
     }
 
 
-def _rms_model(function: onnx.FunctionProto, shape: tuple[int, ...]) -> onnx.ModelProto:
-    node = helper.make_node("RmsNorm", ["x"], ["y"], domain=DOMAIN_FUNCTIONS, epsilon=_RMS_EPSILON)
+def _rms_model(function: onnx.FunctionProto, shape: tuple[int, ...], epsilon: float) -> onnx.ModelProto:
+    node = helper.make_node("RmsNorm", ["x"], ["y"], domain=DOMAIN_FUNCTIONS, epsilon=epsilon)
     graph = helper.make_graph(
         [node],
         "rms_norm",
@@ -172,12 +172,22 @@ def _rms_function_proto(function) -> onnx.FunctionProto:
     return function
 
 
+def _dropped_axis_hint(function: onnx.FunctionProto) -> str:
+    """A pointer to keepdims when a reduction in the body drops its axis (the usual cause of a broadcast failure here)."""
+    dropped = any(
+        node.op_type.startswith("Reduce") and any(a.name == "keepdims" and a.i == 0 for a in node.attribute) for node in function.node
+    )
+    return (
+        " (a Reduce node has keepdims=0, so the mean square loses its axis and cannot broadcast against x: keepdims=1)" if dropped else ""
+    )
+
+
 def _check_rms_function(function) -> str:
     function = _rms_function_proto(function)
     rng = np.random.default_rng(35)
-    for shape in _RMS_SHAPES:
-        model = _rms_model(function, shape)
-        with blame_answer(f"a model using your function at shape {shape} fails the checker"):
+    for shape, epsilon in _RMS_CASES:
+        model = _rms_model(function, shape, epsilon)
+        with blame_answer(f"a model using your function at shape {shape} fails the checker{_dropped_axis_hint(function)}"):
             onnx.checker.check_model(model, full_check=True)
         session = onnx_session(model)
         x = rng.normal(0, 0.5, size=shape).astype(np.float32)
@@ -185,14 +195,25 @@ def _check_rms_function(function) -> str:
             result = np.asarray(session.run(None, {"x": x.copy()})[0])
         if result.shape != x.shape:
             raise Incorrect(f"at shape {shape} the output has shape {result.shape}: keep the reduced axis (keepdims=1)")
-        want = rms_norm(x, _RMS_EPSILON)
+        want = rms_norm(x, epsilon)
         if not np.allclose(result, want, atol=1e-5, rtol=1e-4):
-            for mistake, wrong in _rms_mistakes(x, _RMS_EPSILON).items():
-                if np.allclose(result, wrong, atol=1e-5, rtol=1e-4):
-                    raise Incorrect(f"at shape {shape}, {mistake}")
-        expect_close(want, result, what=f"RmsNorm's outputs at shape {shape} (epsilon={_RMS_EPSILON})", atol=1e-5)
-    shapes = ", ".join(str(shape) for shape in _RMS_SHAPES)
-    return f"ONNX Runtime runs your RmsNorm at shapes {shapes} with epsilon={_RMS_EPSILON}, and it matches numpy"
+            _name_rms_mistake(result, x, shape, epsilon)
+        expect_close(want, result, what=f"RmsNorm's outputs at shape {shape} (epsilon={epsilon})", atol=1e-5)
+    cases = ", ".join(f"{shape} with epsilon={epsilon}" for shape, epsilon in _RMS_CASES)
+    return f"ONNX Runtime runs your RmsNorm at shapes {cases}, and it matches numpy"
+
+
+def _name_rms_mistake(result: np.ndarray, x: np.ndarray, shape: tuple[int, ...], epsilon: float) -> None:
+    """Raise Incorrect naming the mistake when a wrong ``result`` matches one; return when none matches."""
+    for mistake, wrong in _rms_mistakes(x, epsilon).items():
+        if np.allclose(result, wrong, atol=1e-5, rtol=1e-4):
+            raise Incorrect(f"at shape {shape}, {mistake}")
+    for _, other in _RMS_CASES:
+        if other != epsilon and np.allclose(result, rms_norm(x, other), atol=1e-5, rtol=1e-4):
+            raise Incorrect(
+                f"at shape {shape} the node sets epsilon={epsilon} but your function used {other}: it is hard-coded; "
+                "read it from the node's attribute (a Constant with ref_attr_name='epsilon')"
+            )
 
 
 q3 = Exercise(

@@ -223,9 +223,13 @@ def test_q3_accepts_an_onnxscript_function():
                     *_ADD_SQRT_DIV,
                 ]
             ),
-            "fails the checker",
+            "keepdims=1",
         ),
         (_rms_function([_epsilon_from_attribute(), _axes(), _SQUARE, _MEAN_LAST, *_ADD_SQRT_DIV], attributes=()), "no attribute 'epsilon'"),
+        (  # the attribute declared, but the first case's epsilon hard-coded: right at (4, 8) only
+            _rms_function([_axes(), _SQUARE, _MEAN_LAST, helper.make_node("Constant", [], ["eps"], value_float=0.5), *_ADD_SQRT_DIV]),
+            "hard-coded",
+        ),
         ("x / sqrt(mean(x**2) + eps)", "expected an onnx.FunctionProto"),
     ],
 )
