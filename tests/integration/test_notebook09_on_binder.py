@@ -44,7 +44,9 @@ def test_notebook_09_runs_without_npm_packages_and_chromium_and_says_why(tmp_pat
     _checkout_without_npm_packages(tmp_path)
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     notebook.cells.insert(0, nbformat.v4.new_code_cell(BINDER_CHECKOUT.format(folder=str(tmp_path))))
-    client = NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    # its own working folder: the recipe writes ../artifacts/nb09, which make test's notebooks half writes at the same time
+    (tmp_path / "notebooks").mkdir()
+    client = NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path / "notebooks")}})
     client.execute(env={**os.environ, "ONNX_LAB_CHROMIUM": str(tmp_path / "no-chromium")})  # raises on any cell's error
 
     printed = _printed(notebook)
