@@ -135,6 +135,29 @@ def test_the_recipe_comes_first_without_labsupport_and_checks_its_result(path):
     assert recipe_problems(_load(path).cells) == []
 
 
+def foreign_paths(cells, number: str) -> list[str]:
+    """Literal ../artifacts paths of a recipe outside its notebook's own folder: a course model must come from the setup
+    cell (ensure_*), which follows $ONNX_LAB_ARTIFACTS (the lanes and make test's tests half), while ../artifacts does not."""
+    literals = [
+        node.value
+        for cell in cells
+        if RECIPE_TAG in _tags(cell)
+        for node in ast.walk(_tree(cell.source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+    return [text for text in literals if text.startswith("../artifacts") and not text.startswith(f"../artifacts/nb{number}")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
+def test_a_recipe_writes_only_its_own_artifacts_folder_by_path(path):
+    assert foreign_paths(_load(path).cells, path.name[:2]) == []
+
+
+def test_a_recipe_that_reads_a_course_model_by_path_is_named():
+    cell = _cell('session = ort.InferenceSession("../artifacts/digits_cnn.onnx")\nout = "../artifacts/nb05/x"', RECIPE_TAG)
+    assert foreign_paths([cell], "05") == ["../artifacts/digits_cnn.onnx"]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
 def test_going_deeper_parts_open_collapsed_and_hold_no_exercise(path):
     assert deeper_problems(_load(path).cells) == []
