@@ -30,6 +30,8 @@ import numpy as np
 from labsupport.course.compare import compare
 from labsupport.course.data import sha256_of
 from labsupport.course.paths import artifact
+from labsupport.models import contract
+from labsupport.models.contract import onnx_logits
 from labsupport.onnxutil.sessions import open_session
 
 MODEL_NAME = "digits-classifier"
@@ -162,11 +164,6 @@ def mislabeled_copy(source: str | Path, target: str | Path, shift: int = 1) -> P
     return Path(target)
 
 
-def _logits(path: str | Path, images: np.ndarray) -> np.ndarray:
-    session = open_session(path)
-    return np.asarray(session.run(None, {session.get_inputs()[0].name: images})[0], dtype=np.float64)
-
-
 @dataclass(frozen=True)
 class Budgets:
     """What a version must meet to be promoted: parity tolerances, accuracy floor and drop, latency relative to the champion."""
@@ -188,13 +185,13 @@ def version_facts(
     import onnx
 
     proto = onnx.load(str(model_path))
-    logits = _logits(model_path, split.images)
+    logits = onnx_logits(model_path, split)
     report = compare(reference_logits, logits, atol=budgets.atol, rtol=budgets.rtol, name="ONNX vs reference", raise_on_failure=False)
     opset = next((op.version for op in proto.opset_import if op.domain in ("", "ai.onnx")), 0)
     facts = {
         "sha256": sha256_of(model_path),
         "opset": str(opset),
-        "accuracy": f"{np.mean(logits.argmax(axis=1) == split.labels):.6f}",
+        "accuracy": f"{contract.accuracy(logits, split.labels):.6f}",
         SPLIT: split_fingerprint(split),
         "parity": "passed" if report.passed else "failed",
         "description": description,
@@ -317,10 +314,6 @@ def latency_medians_ms(paths: list[Path], example: np.ndarray, rounds: int = 21,
     return [float(np.median(times)) for times in samples]
 
 
-def _accuracy(logits: np.ndarray, split: Any) -> float:
-    return float(np.mean(logits.argmax(axis=1) == split.labels))
-
-
 def _reference_logits(registry: Registry, tags: dict[str, str]) -> np.ndarray:
     import tempfile
 
@@ -331,7 +324,7 @@ def _reference_logits(registry: Registry, tags: dict[str, str]) -> np.ndarray:
 def _own_checks(registry: Registry, version: str, split: Any, budgets: Budgets) -> tuple[list[GateCheck], Path, float]:
     """The checks on a version's own evidence (parity, history), its sha256-checked file and its accuracy on ``split``."""
     path, tags = registry.model_path(version), registry.tags(version)
-    logits = _logits(path, split.images)
+    logits = onnx_logits(path, split)
     parity = compare(
         _reference_logits(registry, tags),
         logits,
@@ -340,7 +333,7 @@ def _own_checks(registry: Registry, version: str, split: Any, budgets: Budgets) 
         name="registered artifact vs reference",
         raise_on_failure=False,
     )
-    accuracy = _accuracy(logits, split)
+    accuracy = contract.accuracy(logits, split.labels)
     checks = [
         GateCheck(
             "parity",
@@ -366,7 +359,7 @@ def _checks(registry: Registry, version: str, split: Any, budgets: Budgets) -> l
         checks.append(GateCheck("accuracy", accuracy >= budgets.min_accuracy, rule, f"accuracy {accuracy:.2%}"))
         return checks
     champion_path = registry.model_path(champion)
-    champion_accuracy = _accuracy(_logits(champion_path, split.images), split)
+    champion_accuracy = contract.accuracy(onnx_logits(champion_path, split), split.labels)
     floor = max(budgets.min_accuracy, champion_accuracy - budgets.max_accuracy_drop)
     candidate_ms, champion_ms = latency_medians_ms([path, champion_path], split.images[:1])
     return [

@@ -8,7 +8,8 @@ import httpx
 import numpy as np
 import pytest
 
-from labsupport.course.data import load_digits
+from labsupport.course.data import Split, load_digits
+from labsupport.models.contract import accuracy, onnx_logits
 from labsupport.models.digits_cnn import ensure_digits_cnn, load_digits_cnn, predict_logits
 from labsupport.topics import lifecycle, serving
 
@@ -185,7 +186,8 @@ def test_routing_document_and_push_to_the_service(registry, split):
 
 def test_mislabeled_copy_rotates_the_classes(tmp_path, split):
     path = lifecycle.mislabeled_copy(ensure_digits_cnn(), tmp_path / "m.onnx", shift=1)
-    original, rotated = (lifecycle._logits(p, split.images[:20]) for p in (ensure_digits_cnn(), path))
+    first = Split(split.images[:20], split.labels[:20])
+    original, rotated = (onnx_logits(p, first) for p in (ensure_digits_cnn(), path))
     np.testing.assert_array_equal(rotated, original[:, np.roll(np.arange(10), 1)])
     assert (rotated.argmax(axis=1) != original.argmax(axis=1)).all()
 
@@ -202,7 +204,7 @@ def _less_accurate_copy(source, target, split):
         noisy = clean + rng.normal(0, scale * np.abs(clean).mean(), clean.shape).astype(clean.dtype)
         weights.CopyFrom(numpy_helper.from_array(noisy, weights.name))
         onnx.save(proto, str(target))
-        if 0.9 < np.mean(lifecycle._logits(target, split.images).argmax(axis=1) == split.labels) < 0.975:
+        if 0.9 < accuracy(onnx_logits(target, split), split.labels) < 0.975:
             return target
     raise AssertionError("no noise level gave an accuracy between 90% and 97.5%")
 
@@ -210,7 +212,7 @@ def _less_accurate_copy(source, target, split):
 def test_a_rollback_is_gated_on_the_target_alone(tmp_path, split, reference):
     registry = lifecycle.open_registry(tmp_path / "store", fresh=True)
     older = _less_accurate_copy(ensure_digits_cnn(), tmp_path / "older.onnx", split)
-    old = lifecycle.log_version(registry, older, lifecycle._logits(older, split.images), split, "older, less accurate")
+    old = lifecycle.log_version(registry, older, onnx_logits(older, split), split, "older, less accurate")
     cnn = lifecycle.log_version(registry, ensure_digits_cnn(), reference, split, "digits CNN")
     optimized = lifecycle.log_version(registry, lifecycle.optimized_copy(ensure_digits_cnn(), tmp_path / "o.onnx"), reference, split, "opt")
     lifecycle.first_champion(registry, old)
@@ -246,7 +248,7 @@ def test_a_rollback_never_promotes_a_version_that_did_not_serve(tmp_path, split,
     registry = lifecycle.open_registry(tmp_path / "store", fresh=True)
     cnn = lifecycle.log_version(registry, ensure_digits_cnn(), reference, split, "digits CNN")
     worse = _less_accurate_copy(ensure_digits_cnn(), tmp_path / "worse.onnx", split)
-    refused_version = lifecycle.log_version(registry, worse, lifecycle._logits(worse, split.images), split, "re-export, less accurate")
+    refused_version = lifecycle.log_version(registry, worse, onnx_logits(worse, split), split, "re-export, less accurate")
     lifecycle.first_champion(registry, cnn)
     assert [c.name for c in lifecycle.promote(registry, refused_version, split).checks if not c.passed] == ["accuracy"]
     for target, reason in ((refused_version, "FAIL served"), ("21", "not found"), ("l", "must be an integer")):  # refused; typos
