@@ -153,7 +153,7 @@ nav: $(STAMP)
 	@$(BIN)/python -m labsupport.maintain.navigation
 
 web: $(STAMP) js-deps
-	@$(BIN)/python -c "from labsupport.topics.edge import web_demo_files; web_demo_files()"
+	@$(BIN)/python -c "from labsupport.topics.web import web_demo_files; web_demo_files()"
 	@$(BIN)/python -m onnx_web_demo --model artifacts/digits_cnn.onnx --images artifacts/edge/page_images.json --port $${PORT:-8000}
 
 serve: $(STAMP)

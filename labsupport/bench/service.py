@@ -26,7 +26,7 @@ from labsupport.course.paths import artifact, relative
 from labsupport.models.heavy_classifier import write_heavy_classifier
 from labsupport.onnxutil.sessions import open_session
 from labsupport.onnxutil.timing import Load, LoadMeter
-from labsupport.topics import serving
+from labsupport.topics import loadgen, serving
 
 PER_REQUEST, BATCHING = "per-request", "batching"
 LEVELS = (1, 4, 16, 32)
@@ -43,7 +43,7 @@ class BatchingComparison:
     """Load-test results of the per-request and the batching service at each concurrency level."""
 
     levels: tuple[int, ...]
-    results: dict[str, list[serving.LoadResult]]
+    results: dict[str, list[loadgen.LoadResult]]
     settings: dict[str, object]
     batcher: dict[str, float]  # from the batching service's /metrics: requests, model runs, examples run
     load: Load | None = None  # what the rest of the machine did meanwhile
@@ -58,7 +58,7 @@ class BatchingComparison:
         """True when the merged runs held exactly the examples the requests sent (none lost, none doubled)."""
         return self.batcher["examples_run"] == self.batcher["examples_requested"]
 
-    def at(self, mode: str, concurrency: int) -> serving.LoadResult:
+    def at(self, mode: str, concurrency: int) -> loadgen.LoadResult:
         """The result of ``mode`` (per-request or batching) at ``concurrency`` clients."""
         return next(r for r in self.results[mode] if r.concurrency == concurrency)
 
@@ -134,11 +134,11 @@ class BatchingComparison:
         return "NOT met (too few cores for the load generator and the service?)"
 
 
-def _without_latencies(result: serving.LoadResult) -> dict[str, object]:
+def _without_latencies(result: loadgen.LoadResult) -> dict[str, object]:
     return {name: value for name, value in asdict(result).items() if name != "latencies_s"}
 
 
-def combine(rounds: list[serving.LoadResult]) -> serving.LoadResult:
+def combine(rounds: list[loadgen.LoadResult]) -> loadgen.LoadResult:
     """One result from alternating rounds: counts and time summed, the median of the rounds' p50, the p99 of all their latencies pooled.
 
     A round holds too few requests for a p99 of its own (it is about the round's slowest request); pooled,
@@ -215,18 +215,18 @@ def measure_batching(
     expected = [session.run(None, {session.get_inputs()[0].name: images[i : i + 1]})[0].argmax(axis=1).tolist() for i in range(len(images))]
     settings = {"model": relative(model), "batch_max_size": batcher["max_size"], "batch_max_wait_ms": batcher["max_wait_ms"]}
     services = {PER_REQUEST: per_request, BATCHING: batching}
-    results: dict[str, list[serving.LoadResult]] = {PER_REQUEST: [], BATCHING: []}
+    results: dict[str, list[loadgen.LoadResult]] = {PER_REQUEST: [], BATCHING: []}
     meter = LoadMeter(process_tree=True)  # the services are this process's children: their work is ours
     if warm_up:
         for service in services.values():
-            serving.load_test(service.url, bodies, concurrency=4, requests=warm_up, expected=expected)
+            loadgen.load_test(service.url, bodies, concurrency=4, requests=warm_up, expected=expected)
     for concurrency in levels:
         per_round = max(concurrency, requests_for(concurrency, scale) // rounds)
-        runs: dict[str, list[serving.LoadResult]] = {mode: [] for mode in services}
+        runs: dict[str, list[loadgen.LoadResult]] = {mode: [] for mode in services}
         for _ in range(rounds):
             for mode, service in services.items():
                 runs[mode].append(
-                    serving.load_test(service.url, bodies, concurrency=concurrency, requests=per_round, expected=expected, timeout=120)
+                    loadgen.load_test(service.url, bodies, concurrency=concurrency, requests=per_round, expected=expected, timeout=120)
                 )
         for mode in services:
             results[mode].append(combine(runs[mode]))
@@ -236,7 +236,7 @@ def measure_batching(
 def _batcher_counts(url: str) -> dict[str, float]:
     import httpx
 
-    samples = serving.parse_metrics(httpx.get(url + "/metrics", timeout=30).text)
+    samples = loadgen.parse_metrics(httpx.get(url + "/metrics", timeout=30).text)
     answered = ("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "200")))
     return {
         "requests": samples.get(answered, 0.0),
@@ -302,8 +302,8 @@ def measure_shadow_cost(model: str | Path | None = None, rounds: int = SHADOW_RO
             p50_ms: dict[str, list[float]] = {mode: [] for mode in services}
             for _ in range(rounds):
                 for mode, service in services.items():
-                    p50_ms[mode].append(serving.load_test(service.url, bodies, concurrency=1, requests=requests).p50_ms)
-            samples = serving.parse_metrics(httpx.get(shadowed.url + "/metrics", timeout=30).text)
+                    p50_ms[mode].append(loadgen.load_test(service.url, bodies, concurrency=1, requests=requests).p50_ms)
+            samples = loadgen.parse_metrics(httpx.get(shadowed.url + "/metrics", timeout=30).text)
     counts = {dict(labels)["outcome"]: value for (name, labels), value in samples.items() if name == "onnx_service_shadow_examples_total"}
     return ShadowCost(p50_ms, counts)
 

@@ -392,11 +392,11 @@ q3 = Exercise(
     "an error rate from /metrics",
     _check_error_rate,
     hint=(
-        "labsupport.topics.serving.parse_metrics(text) gives {(name, labels): value}; keep onnx_service_requests_total "
+        "labsupport.topics.loadgen.parse_metrics(text) gives {(name, labels): value}; keep onnx_service_requests_total "
         "samples whose labels have path /predict, and divide those with status >= 400 by all of them."
     ),
     solution_code="""
-        from labsupport.topics.serving import parse_metrics
+        from labsupport.topics.loadgen import parse_metrics
 
         def answer(metrics_text):
             total = errors = 0.0

@@ -135,7 +135,8 @@ def _course_cnn_logits(session, images: np.ndarray) -> tuple[np.ndarray, np.ndar
 def _check_ort_file(path) -> str:
     from labsupport.course.data import load_digits
     from labsupport.models.digits_cnn import ensure_digits_cnn
-    from labsupport.topics.edge import is_ort_format, python_reference
+    from labsupport.topics.edge import python_reference
+    from labsupport.topics.mobile import is_ort_format
 
     path = answer_path(path, "the path (str or Path) of the .ort file the converter wrote")
     if path.suffix.lower() != ".ort" or not is_ort_format(path):
@@ -284,13 +285,13 @@ q2 = Exercise(
     "convert to the .ort format",
     _check_ort_file,
     hint=(
-        "labsupport.topics.edge.convert_to_ort(ensure_digits_cnn(), artifact('exercise09'), 'Fixed') runs "
+        "labsupport.topics.mobile.convert_to_ort(ensure_digits_cnn(), artifact('exercise09'), 'Fixed') runs "
         "`python -m onnxruntime.tools.convert_onnx_models_to_ort`; its .ort_path is the answer."
     ),
     solution_code="""
         from labsupport.course.paths import artifact
         from labsupport.models.digits_cnn import ensure_digits_cnn
-        from labsupport.topics.edge import convert_to_ort
+        from labsupport.topics.mobile import convert_to_ort
 
         answer = convert_to_ort(ensure_digits_cnn(), artifact("exercise09"), optimization_style="Fixed").ort_path
     """,

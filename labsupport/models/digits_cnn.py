@@ -19,6 +19,7 @@ from torch import nn
 
 from labsupport.course.data import Split, load_digits
 from labsupport.course.paths import artifact
+from labsupport.models import contract
 from labsupport.models.contract import BATCH_SIZE, IMAGE_SHAPE, INPUT_NAME, LEARNING_RATE, NUM_CLASSES, OUTPUT_NAME, SEED
 from labsupport.onnxutil.export import export_torch, single_thread
 
@@ -83,7 +84,7 @@ def accuracy(model: nn.Module, split: Split) -> float:
     """Fraction of ``split`` (a ``load_digits()`` split) that the model classifies correctly (notebook 02)."""
     if not isinstance(split, Split):
         raise TypeError(f"accuracy() expects a labsupport.course.data Split such as load_digits().test, got {type(split).__name__}")
-    return float(np.mean(predict_logits(model, split.images).argmax(axis=1) == split.labels))
+    return contract.accuracy(predict_logits(model, split.images), split.labels)
 
 
 def train_digits_cnn(epochs: int = DEFAULT_EPOCHS, seed: int = SEED, progress: bool = True) -> tuple[DigitsCNN, History]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from labsupport.course.data import Split, load_digits
 from labsupport.course.paths import artifact
+from labsupport.models import contract
 from labsupport.models.contract import BATCH_SIZE, IMAGE_SHAPE, INPUT_NAME, LEARNING_RATE, NUM_CLASSES, OUTPUT_NAME, SEED
 
 
@@ -133,7 +134,7 @@ def accuracy(model: keras.Model, split: Split) -> float:
     """Fraction of ``split`` (a ``load_digits()`` split) the Keras model classifies correctly (03)."""
     if not isinstance(split, Split):
         raise TypeError(f"accuracy() expects a labsupport.course.data Split such as load_digits().test, got {type(split).__name__}")
-    return float(np.mean(predict_logits(model, split.images).argmax(axis=1) == split.labels))
+    return contract.accuracy(predict_logits(model, split.images), split.labels)
 
 
 def input_signature(batch: int | None = None) -> tuple[tf.TensorSpec, ...]:

@@ -2,7 +2,7 @@
 
 Introduced in notebook 01 (graphs by hand) and used wherever a notebook shows what a model
 contains (pictures of graphs: ``labsupport.onnxutil.draw``). Every function takes an
-``onnx.ModelProto`` or the path of an ``.onnx`` file. Paths are read without their external data
+``onnx.ModelProto``, its bytes or the path of an ``.onnx`` file. Paths are read without their external data
 (only the graph and the tensor shapes are needed), so a model of many gigabytes is summarized in
 milliseconds.
 """
@@ -13,7 +13,7 @@ import html
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +26,7 @@ from labsupport.course.display import format_bytes
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-ModelLike = onnx.ModelProto | str | os.PathLike[str]
+ModelLike = str | os.PathLike[str] | bytes | onnx.ModelProto  # a path (.onnx; sessions also take .ort), the bytes or the proto
 Dim = int | str | None
 
 # element types narrower than a byte (packed two or four to a byte)
@@ -40,26 +40,34 @@ _SUB_BYTE_BITS = {
 
 
 def load_model(model: ModelLike, *, load_external_data: bool = False) -> onnx.ModelProto:
-    """A ModelProto from a ModelProto (returned as is) or a path; clear errors for anything else.
+    """A ModelProto from a ModelProto (returned as is), the model's bytes or a path; clear errors for anything else.
 
-    Raises TypeError for other types, FileNotFoundError for a missing file and ValueError for a
-    file that is not an ONNX model. Used by every function of this module (notebook 01).
+    Raises TypeError for other types, FileNotFoundError for a missing file and ValueError for
+    bytes or a file that is not an ONNX model. Used by every function of this module (notebook 01).
     """
     if isinstance(model, onnx.ModelProto):
         return model
+    if isinstance(model, bytes):
+        return _parsed(lambda: onnx.load_model_from_string(model), f"these {len(model)} bytes")
     if not isinstance(model, (str, os.PathLike)):
-        raise TypeError(f"expected an onnx.ModelProto or the path of an .onnx file (str or pathlib.Path), got {type(model).__name__}")
+        raise TypeError(
+            f"expected an onnx.ModelProto or the path of an .onnx file (str or pathlib.Path) or its bytes, got {type(model).__name__}"
+        )
     path = Path(model)
     if not path.exists():
         raise FileNotFoundError(f"no ONNX model at {path}: the file does not exist")
     if not path.is_file():
         raise ValueError(f"{path} is not a file (expected the path of an .onnx model)")
+    return _parsed(lambda: onnx.load(str(path), load_external_data=load_external_data), path.name)
+
+
+def _parsed(read: Callable[[], onnx.ModelProto], what: str) -> onnx.ModelProto:
     try:
-        loaded = onnx.load(str(path), load_external_data=load_external_data)
+        loaded = read()
     except Exception as error:  # DecodeError, OSError, external-data errors ...
-        raise ValueError(f"cannot read {path.name} as an ONNX model: {type(error).__name__}: {error}") from error
+        raise ValueError(f"cannot read {what} as an ONNX model: {type(error).__name__}: {error}") from error
     if not loaded.HasField("graph") or (not loaded.graph.node and not loaded.graph.output):
-        raise ValueError(f"{path.name} is not an ONNX model: it holds no graph (empty or not a ModelProto file)")
+        raise ValueError(f"{what} is not an ONNX model: it holds no graph (empty or not a ModelProto file)")
     return loaded
 
 

@@ -18,7 +18,8 @@ import numpy as np
 import onnxruntime as ort
 
 from labsupport.onnxutil import graph
-from labsupport.onnxutil.sessions import OPTIMIZATION_LEVELS, ModelLike, model_source, open_session, session_options
+from labsupport.onnxutil.graph import ModelLike
+from labsupport.onnxutil.sessions import OPTIMIZATION_LEVELS, model_source, open_session, session_options
 from labsupport.onnxutil.timing import BenchTable, LoadMeter, Timing, measure
 
 # The level names, in the order ORT applies them; each includes the ones before it.
@@ -35,13 +36,13 @@ def optimize_to_file(model: ModelLike, level: str, path: Path, *, ort_format: bo
     return path
 
 
-def op_counts(model: graph.ModelLike) -> Counter[str]:
+def op_counts(model: ModelLike) -> Counter[str]:
     """Node count per op type; ops outside the default ONNX domain are prefixed (``com.microsoft:FusedConv``)."""
     proto = graph.load_model(model)
     return Counter(f"{node.domain}:{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type for node in proto.graph.node)
 
 
-def op_diff(before: graph.ModelLike, after: graph.ModelLike) -> list[dict[str, object]]:
+def op_diff(before: ModelLike, after: ModelLike) -> list[dict[str, object]]:
     """Rows ``{op, before, after, change}`` for every op type whose count differs, removed ops first."""
     old, new = op_counts(before), op_counts(after)
     rows = [

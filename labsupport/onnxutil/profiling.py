@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from labsupport.onnxutil.sessions import ModelLike, ProviderSpec, open_session, session_options
+from labsupport.onnxutil.graph import ModelLike
+from labsupport.onnxutil.sessions import ProviderSpec, open_session, session_options
 
 KERNEL_SUFFIX = "_kernel_time"
 

@@ -26,6 +26,7 @@ import onnxruntime as ort
 from labsupport.course.compare import ArrayLike, ParityReport, compare
 from labsupport.course.display import format_bytes
 from labsupport.course.paths import relative
+from labsupport.onnxutil.graph import ModelLike
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -52,7 +53,6 @@ PROVIDERS: dict[str, tuple[str, str]] = {
 }
 
 ProviderSpec = str | tuple[str, dict[str, Any]]
-ModelLike = str | os.PathLike[str] | bytes | onnx.ModelProto
 
 
 class ProviderMismatch(AssertionError):

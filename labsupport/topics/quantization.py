@@ -33,8 +33,9 @@ from onnxruntime.quantization import CalibrationDataReader
 
 from labsupport.course.data import Split, load_digits, sha256_of
 from labsupport.course.paths import artifact
+from labsupport.models import contract
+from labsupport.models.contract import onnx_logits
 from labsupport.onnxutil.graph import ModelLike, dtype_name, load_model
-from labsupport.onnxutil.sessions import open_session
 
 CNN_INT8_NAME = "digits_cnn_int8.onnx"
 CALIBRATION_BATCH = 20  # 180 calibration images = 9 equal batches (histogram calibrators need equal batches)
@@ -332,23 +333,10 @@ def inputs_for(model: ModelLike, split: Split) -> tuple[str, np.ndarray]:
     return name, (split.flat if rank == 2 else split.images)
 
 
-def logits(path: str | Path, split: Split | None = None, config: Mapping[str, str] | None = None) -> np.ndarray:
-    """The logits of a digits ONNX model on ``split`` (default: the test split), one thread, optional session ``config``.
-
-    ``config`` holds session config entries, e.g. ``labsupport.course.kernels.U8U8`` for ORT's U8U8
-    integer kernels (notebook 06, section 6).
-    """
-    split = split if split is not None else load_digits().test
-    if not isinstance(split, Split):
-        raise TypeError(f"expected a labsupport.course.data Split such as load_digits().test, got {type(split).__name__}")
-    name, data = inputs_for(path, split)
-    return open_session(path, threads=1, config=config).run(None, {name: data})[0]
-
-
 def accuracy(path: str | Path, split: Split | None = None, config: Mapping[str, str] | None = None) -> float:
     """Fraction of ``split`` (default: the test split) a digits ONNX model classifies correctly (notebook 06)."""
     split = split if split is not None else load_digits().test
-    return float(np.mean(logits(path, split, config).argmax(axis=1) == split.labels))
+    return contract.accuracy(onnx_logits(path, split, config=config), split.labels)
 
 
 # --------------------------------------------------------------------------------------------

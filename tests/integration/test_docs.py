@@ -159,9 +159,9 @@ def served(site):
 @pytest.mark.slow
 def test_chromium_shows_each_notebook_with_its_title_outputs_and_pictures(served, require_tool):
     from labsupport.course.paths import artifact
-    from labsupport.topics import edge
+    from labsupport.topics import web
 
-    require_tool(edge.CHROMIUM, "the site test drives Debian's Chromium (apt-get install chromium)")
+    require_tool(web.CHROMIUM, "the site test drives Debian's Chromium (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
     outside: list[str] = []
@@ -179,7 +179,7 @@ def test_chromium_shows_each_notebook_with_its_title_outputs_and_pictures(served
             route.abort()
 
     with sync_playwright() as playwright:
-        browser = edge.launch_chromium(playwright)
+        browser = web.launch_chromium(playwright)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.set_default_timeout(30_000)

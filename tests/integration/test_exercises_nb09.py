@@ -12,7 +12,7 @@ from labsupport.exercises import CORRECT, INCORRECT
 from labsupport.exercises.nb09 import EXERCISES, q1, q2, q3, q4
 from labsupport.models.contract import IR_VERSION
 from labsupport.models.digits_cnn import ensure_digits_cnn
-from labsupport.topics import edge
+from labsupport.topics import mobile
 
 
 def test_four_exercises_numbered_in_order():
@@ -140,7 +140,7 @@ def _batch1(source: Path, folder: Path) -> Path:
 @pytest.mark.parametrize("style", ["Runtime", "Fixed"])
 def test_q2_accepts_the_batch1_ort_files_the_notebook_builds(tmp_path, style):
     # the review's right answer that crashed the checker: 64 images in one run of a batch-1 model
-    converted = edge.convert_to_ort(_batch1(ensure_digits_cnn(), tmp_path / "batch1"), tmp_path / style, optimization_style=style)
+    converted = mobile.convert_to_ort(_batch1(ensure_digits_cnn(), tmp_path / "batch1"), tmp_path / style, optimization_style=style)
     outcome = q2.evaluate(converted.ort_path)
     assert outcome.status == CORRECT, outcome.message
 
@@ -162,14 +162,14 @@ def _fixed_batch(source: Path, folder: Path, size: int) -> Path:
 @pytest.mark.parametrize("size", [100, 7])
 def test_q2_accepts_the_cnn_with_any_fixed_batch(tmp_path, size):
     # the review's right answer that was refused: batch 100, more than the 64 test images the checker runs
-    converted = edge.convert_to_ort(_fixed_batch(ensure_digits_cnn(), tmp_path / "fixed", size), tmp_path / "out")
+    converted = mobile.convert_to_ort(_fixed_batch(ensure_digits_cnn(), tmp_path / "fixed", size), tmp_path / "out")
     outcome = q2.evaluate(converted.ort_path)
     assert outcome.status == CORRECT, outcome.message
 
 
 def test_q2_accepts_an_upper_case_suffix(tmp_path):
     # the review's right answer refused as "not an ORT-format model": the same file named .ORT
-    converted = edge.convert_to_ort(ensure_digits_cnn(), tmp_path / "out")
+    converted = mobile.convert_to_ort(ensure_digits_cnn(), tmp_path / "out")
     upper = converted.ort_path.with_suffix(".ORT")
     converted.ort_path.rename(upper)
     outcome = q2.evaluate(upper)
@@ -185,7 +185,7 @@ def test_q2_rejects_the_int8_model_converted(tmp_path):
     # invented: the quantized CNN of notebook 06 agrees on every class but is not the model the task names
     from labsupport.topics.quantization import ensure_digits_cnn_int8
 
-    converted = edge.convert_to_ort(ensure_digits_cnn_int8(), tmp_path / "int8")
+    converted = mobile.convert_to_ort(ensure_digits_cnn_int8(), tmp_path / "int8")
     outcome = q2.evaluate(converted.ort_path)
     assert outcome.status == INCORRECT and "another model" in outcome.message, outcome.message
 
@@ -202,14 +202,14 @@ def test_q2_rejects_the_cnn_with_a_softmax_added(tmp_path):
     model.graph.node.append(helper.make_node("Softmax", ["raw_logits"], [output.name], axis=1))
     source = tmp_path / "digits_cnn_softmax.onnx"
     onnx.save(model, source)
-    converted = edge.convert_to_ort(source, tmp_path / "softmax")
+    converted = mobile.convert_to_ort(source, tmp_path / "softmax")
     outcome = q2.evaluate(converted.ort_path)
     assert outcome.status == INCORRECT and "another model" in outcome.message, outcome.message
 
 
 def test_q2_rejects_a_truncated_ort_file(tmp_path):
     # invented: a copy cut short (an interrupted download); the header still says ORTM
-    converted = edge.convert_to_ort(ensure_digits_cnn(), tmp_path / "whole")
+    converted = mobile.convert_to_ort(ensure_digits_cnn(), tmp_path / "whole")
     cut = tmp_path / "cut.ort"
     cut.write_bytes(converted.ort_path.read_bytes()[:4096])
     outcome = q2.evaluate(cut)
@@ -233,7 +233,7 @@ def test_q2_rejects_a_different_model(tmp_path):
     )
     wrong = tmp_path / "wrong.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION), wrong)
-    converted = edge.convert_to_ort(wrong, tmp_path / "out")
+    converted = mobile.convert_to_ort(wrong, tmp_path / "out")
     outcome = q2.evaluate(converted.ort_path)
     assert outcome.status == INCORRECT and "agrees with the course CNN on only" in outcome.message
 
@@ -283,7 +283,7 @@ def test_q3_rejects_wrong_readers(answer, reason):
 def test_q3_solution_reads_the_real_config(tmp_path):
     source = tmp_path / "digits_cnn.onnx"
     shutil.copy(ensure_digits_cnn(), source)
-    converted = edge.convert_to_ort(source, tmp_path / "out")
+    converted = mobile.convert_to_ort(source, tmp_path / "out")
     operators = q3.reference_answer()(converted.config_path)
     assert {"Gemm", "MaxPool"} <= operators["ai.onnx"]
 

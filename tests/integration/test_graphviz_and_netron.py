@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from labsupport.exercises.nb01 import broken_model, mlp
+from labsupport.exercises.nb01 import broken_model
+from labsupport.models.graph_mlp import mlp
 from labsupport.onnxutil.draw import draw, stop_netron, view_in_netron
 
 

@@ -247,7 +247,7 @@ def test_a_learner_cannot_reach_another_learners_server_kernels_or_files(hub):
 
 def test_netron_opens_through_the_hub_for_its_learner_only(hub):
     alice, bob = hub.learners["alice"], hub.learners["bob"]
-    code = "from labsupport.exercises.nb01 import mlp\nfrom labsupport.onnxutil.draw import view_in_netron\nprint(view_in_netron(mlp([6, 4, 3], name='hub_check')))"
+    code = "from labsupport.models.graph_mlp import mlp\nfrom labsupport.onnxutil.draw import view_in_netron\nprint(view_in_netron(mlp([6, 4, 3], name='hub_check')))"
     printed = _execute(hub, alice, _kernel(hub, alice), code)  # the kernel stays up: Netron runs in it
     address = re.fullmatch(r"(/user/alice/proxy/\d+/)\n", printed)
     assert address, printed

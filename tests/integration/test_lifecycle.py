@@ -8,9 +8,10 @@ import httpx
 import numpy as np
 import pytest
 
-from labsupport.course.data import load_digits
+from labsupport.course.data import Split, load_digits
+from labsupport.models.contract import accuracy, onnx_logits
 from labsupport.models.digits_cnn import ensure_digits_cnn, load_digits_cnn, predict_logits
-from labsupport.topics import lifecycle, serving
+from labsupport.topics import gates, lifecycle, serving
 
 pytestmark = pytest.mark.slow
 TOKEN = "lifecycle-test"
@@ -70,14 +71,14 @@ def test_versions_carry_their_facts_and_load_back_by_alias(registry, split):
 def test_gate_refuses_parity_accuracy_and_latency_failures(registry, split):
     budgets = lifecycle.Budgets()
     registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, registry.built["cnn"])
-    broken = lifecycle.gate(registry, registry.built["mislabeled"], split, budgets)
+    broken = gates.gate(registry, registry.built["mislabeled"], split, budgets)
     assert not broken.passed and [c.name for c in broken.checks if not c.passed] == ["parity", "accuracy"]
     assert "REFUSED" in str(broken) and "FAIL parity" in str(broken) and "champion version 1 on the same split" in str(broken)
     # a version that is right but slower than the champion allows (the budget is a ratio to the champion's latency)
-    slow = lifecycle.gate(registry, registry.built["optimized"], split, lifecycle.Budgets(max_latency_ratio=1e-3))
+    slow = gates.gate(registry, registry.built["optimized"], split, lifecycle.Budgets(max_latency_ratio=1e-3))
     assert [c.name for c in slow.checks if not c.passed] == ["latency"]
     assert "x champion version 1's" in str(slow)
-    refused = lifecycle.promote(registry, registry.built["mislabeled"], split, budgets)
+    refused = gates.promote(registry, registry.built["mislabeled"], split, budgets)
     assert not refused.passed and registry.version_of(lifecycle.CHAMPION) == registry.built["cnn"]  # the alias did not move
 
 
@@ -88,7 +89,7 @@ def test_the_gate_re_measures_the_champion_on_the_gate_split(registry, split):
     # a champion tag claiming 100%: the gate must not believe it, it re-runs the champion on the same split
     registry.client.set_model_version_tag(registry.name, cnn, "accuracy", "1.000000")
     try:
-        report = lifecycle.gate(registry, registry.built["optimized"], split)
+        report = gates.gate(registry, registry.built["optimized"], split)
     finally:
         registry.client.set_model_version_tag(registry.name, cnn, "accuracy", logged)
     assert report.passed, str(report)
@@ -103,7 +104,7 @@ def test_the_gate_fails_closed_when_the_store_cannot_be_read(registry, split, mo
         raise MlflowException("(sqlite3.OperationalError) database is locked")
 
     monkeypatch.setattr(registry.client, "get_registered_model", locked)
-    report = lifecycle.promote(registry, registry.built["optimized"], split)
+    report = gates.promote(registry, registry.built["optimized"], split)
     assert not report.passed and [c.name for c in report.checks] == ["records"]
     assert "database is locked" in str(report)
     monkeypatch.undo()
@@ -114,7 +115,7 @@ def test_the_gate_fails_closed_when_the_champion_has_no_evidence(registry, split
     registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, registry.built["cnn"])
     real_tags = registry.tags
     monkeypatch.setattr(registry, "tags", lambda version: {} if version == registry.built["cnn"] else real_tags(version))
-    report = lifecycle.gate(registry, registry.built["optimized"], split)
+    report = gates.gate(registry, registry.built["optimized"], split)
     assert not report.passed and "IntegrityError: version 1" in str(report)
 
 
@@ -125,7 +126,7 @@ def test_a_tampered_registered_file_is_refused(tmp_path, split, reference):
     path.write_bytes(path.read_bytes() + b"\0")  # one byte appended after registration
     with pytest.raises(lifecycle.IntegrityError, match=r"version 1: the registered file's sha256 is .* the registry recorded [0-9a-f]{64}"):
         registry.model_path(version)
-    report = lifecycle.gate(registry, version, split)
+    report = gates.gate(registry, version, split)
     assert not report.passed and "sha256" in str(report)
     registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, version)
     with pytest.raises(lifecycle.IntegrityError):
@@ -137,14 +138,14 @@ def test_a_tampered_registered_file_is_refused(tmp_path, split, reference):
 def test_promote_then_roll_back_to_a_named_version_through_the_gate(registry, split):
     cnn, optimized, mislabeled = registry.built["cnn"], registry.built["optimized"], registry.built["mislabeled"]
     _appoint(registry, cnn)
-    assert lifecycle.promote(registry, optimized, split).passed
+    assert gates.promote(registry, optimized, split).passed
     assert (registry.version_of(lifecycle.CHAMPION), registry.version_of(lifecycle.PREVIOUS)) == (optimized, cnn)
-    assert not lifecycle.rollback(registry, mislabeled, split).passed  # a rollback target passes the gate too
+    assert not gates.rollback(registry, mislabeled, split).passed  # a rollback target passes the gate too
     assert registry.version_of(lifecycle.CHAMPION) == optimized
-    restored = lifecycle.rollback(registry, cnn, split)
+    restored = gates.rollback(registry, cnn, split)
     assert restored.passed and "version 1: may be restored" in str(restored)
     assert (registry.version_of(lifecycle.CHAMPION), registry.version_of(lifecycle.PREVIOUS)) == (cnn, None)
-    assert lifecycle.rollback(registry, cnn, split).passed  # again: not a toggle, the champion stays
+    assert gates.rollback(registry, cnn, split).passed  # again: not a toggle, the champion stays
     assert registry.version_of(lifecycle.CHAMPION) == cnn
     rows = {row["version"]: row for row in lifecycle.version_table(registry)}
     assert rows[optimized]["rolled back"] == "yes" and rows[cnn]["rolled back"] == "-"
@@ -185,7 +186,8 @@ def test_routing_document_and_push_to_the_service(registry, split):
 
 def test_mislabeled_copy_rotates_the_classes(tmp_path, split):
     path = lifecycle.mislabeled_copy(ensure_digits_cnn(), tmp_path / "m.onnx", shift=1)
-    original, rotated = (lifecycle._logits(p, split.images[:20]) for p in (ensure_digits_cnn(), path))
+    first = Split(split.images[:20], split.labels[:20])
+    original, rotated = (onnx_logits(p, first) for p in (ensure_digits_cnn(), path))
     np.testing.assert_array_equal(rotated, original[:, np.roll(np.arange(10), 1)])
     assert (rotated.argmax(axis=1) != original.argmax(axis=1)).all()
 
@@ -202,7 +204,7 @@ def _less_accurate_copy(source, target, split):
         noisy = clean + rng.normal(0, scale * np.abs(clean).mean(), clean.shape).astype(clean.dtype)
         weights.CopyFrom(numpy_helper.from_array(noisy, weights.name))
         onnx.save(proto, str(target))
-        if 0.9 < np.mean(lifecycle._logits(target, split.images).argmax(axis=1) == split.labels) < 0.975:
+        if 0.9 < accuracy(onnx_logits(target, split), split.labels) < 0.975:
             return target
     raise AssertionError("no noise level gave an accuracy between 90% and 97.5%")
 
@@ -210,31 +212,31 @@ def _less_accurate_copy(source, target, split):
 def test_a_rollback_is_gated_on_the_target_alone(tmp_path, split, reference):
     registry = lifecycle.open_registry(tmp_path / "store", fresh=True)
     older = _less_accurate_copy(ensure_digits_cnn(), tmp_path / "older.onnx", split)
-    old = lifecycle.log_version(registry, older, lifecycle._logits(older, split.images), split, "older, less accurate")
+    old = lifecycle.log_version(registry, older, onnx_logits(older, split), split, "older, less accurate")
     cnn = lifecycle.log_version(registry, ensure_digits_cnn(), reference, split, "digits CNN")
     optimized = lifecycle.log_version(registry, lifecycle.optimized_copy(ensure_digits_cnn(), tmp_path / "o.onnx"), reference, split, "opt")
-    lifecycle.first_champion(registry, old)
+    gates.first_champion(registry, old)
     with pytest.raises(ValueError, match="version 1 is champion already"):
-        lifecycle.first_champion(registry, cnn)
-    assert lifecycle.promote(registry, cnn, split).passed
+        gates.first_champion(registry, cnn)
+    assert gates.promote(registry, cnn, split).passed
     # the new champion is better offline but broken in production: back to the older, less accurate one
-    report = lifecycle.rollback(registry, old, split)
+    report = gates.rollback(registry, old, split)
     assert report.passed, str(report)
     assert registry.version_of(lifecycle.CHAMPION) == old and "champion being replaced is not consulted" in str(report)
     # a champion whose registered file was damaged: promotion fails closed, a rollback still gets out
     registry.client.delete_model_version_tag(registry.name, cnn, lifecycle.ROLLED_BACK)  # a person clears it
-    assert lifecycle.promote(registry, optimized, split).passed  # optimized serves once: a rollback target from now on
-    assert lifecycle.promote(registry, cnn, split).passed
+    assert gates.promote(registry, optimized, split).passed  # optimized serves once: a rollback target from now on
+    assert gates.promote(registry, cnn, split).passed
     damaged = registry.model_path(cnn)
     damaged.write_bytes(damaged.read_bytes() + b"\0")
-    refused = lifecycle.promote(registry, optimized, split)
+    refused = gates.promote(registry, optimized, split)
     assert not refused.passed and "IntegrityError: version 2" in str(refused)
-    assert lifecycle.rollback(registry, optimized, split).passed
+    assert gates.rollback(registry, optimized, split).passed
     assert registry.version_of(lifecycle.CHAMPION) == optimized and registry.tags(cnn)[lifecycle.ROLLED_BACK] == "true"
     # a rollback target whose own evidence fails is refused: its file changed, or its accuracy fell below its record
-    assert "sha256" in str(lifecycle.rollback(registry, cnn, split))
+    assert "sha256" in str(gates.rollback(registry, cnn, split))
     registry.client.set_model_version_tag(registry.name, old, "accuracy", "0.999")
-    low = lifecycle.rollback(registry, old, split)
+    low = gates.rollback(registry, old, split)
     assert not low.passed and [c.name for c in low.checks if not c.passed] == ["accuracy"]
     assert registry.version_of(lifecycle.CHAMPION) == optimized
 
@@ -246,19 +248,19 @@ def test_a_rollback_never_promotes_a_version_that_did_not_serve(tmp_path, split,
     registry = lifecycle.open_registry(tmp_path / "store", fresh=True)
     cnn = lifecycle.log_version(registry, ensure_digits_cnn(), reference, split, "digits CNN")
     worse = _less_accurate_copy(ensure_digits_cnn(), tmp_path / "worse.onnx", split)
-    refused_version = lifecycle.log_version(registry, worse, lifecycle._logits(worse, split.images), split, "re-export, less accurate")
-    lifecycle.first_champion(registry, cnn)
-    assert [c.name for c in lifecycle.promote(registry, refused_version, split).checks if not c.passed] == ["accuracy"]
+    refused_version = lifecycle.log_version(registry, worse, onnx_logits(worse, split), split, "re-export, less accurate")
+    gates.first_champion(registry, cnn)
+    assert [c.name for c in gates.promote(registry, refused_version, split).checks if not c.passed] == ["accuracy"]
     for target, reason in ((refused_version, "FAIL served"), ("21", "not found"), ("l", "must be an integer")):  # refused; typos
-        report = lifecycle.rollback(registry, target, split)
+        report = gates.rollback(registry, target, split)
         assert not report.passed and reason in str(report), str(report)
         assert registry.version_of(lifecycle.CHAMPION) == cnn
-    assert "served_as_champion=absent" in lifecycle.rollback_gate(registry, refused_version, split).details()
+    assert "served_as_champion=absent" in gates.rollback_gate(registry, refused_version, split).details()
     assert lifecycle.ROLLED_BACK not in registry.tags(cnn)  # the good champion is not locked out
-    assert lifecycle.gate(registry, cnn, split).passed and lifecycle.rollback(registry, cnn, split).passed
+    assert gates.gate(registry, cnn, split).passed and gates.rollback(registry, cnn, split).passed
     # an accuracy recorded on one split is not compared with one measured on another
     for other in (split.images[:300], split.labels[:300]), (split.images[::-1], split.labels[::-1]):  # fewer; the same, reordered
-        report = lifecycle.rollback_gate(registry, cnn, types.SimpleNamespace(images=other[0], labels=other[1]))
+        report = gates.rollback_gate(registry, cnn, types.SimpleNamespace(images=other[0], labels=other[1]))
         assert [c.name for c in report.checks if not c.passed] == ["split"], str(report)
 
 
@@ -275,22 +277,22 @@ def test_a_rollback_reads_version_numbers_as_numbers(tmp_path, split, reference)
     first = lifecycle.log_version(registry, cnn, reference, split, "digits CNN")
     optimized = lifecycle.optimized_copy(cnn, tmp_path / "optimized.onnx")
     second = lifecycle.log_version(registry, optimized, reference, split, "optimized build")
-    lifecycle.first_champion(registry, int(first))
-    promotion = lifecycle.promote(registry, int(second), split)  # an int is a version number too
+    gates.first_champion(registry, int(first))
+    promotion = gates.promote(registry, int(second), split)  # an int is a version number too
     assert promotion.passed and promotion.version == "2", str(promotion)
     before = _state(registry)
     assert before[0] == {lifecycle.CHAMPION: "2", lifecycle.PREVIOUS: "1", lifecycle.CHALLENGER: None}
     for same in ("02", "2", 2):  # the champion's own number, however written
-        report = lifecycle.rollback(registry, same, split)
+        report = gates.rollback(registry, same, split)
         assert report.passed and report.version == "2", str(report)
         assert [str(check) for check in report.checks] == ["PASS champion: already champion: nothing changed"]
         assert _state(registry) == before
     for typo in ("2.0", "two", " 2", "-1", "0", True, None):
-        for check in (lifecycle.rollback, lifecycle.rollback_gate, lifecycle.gate, lifecycle.promote):
+        for check in (gates.rollback, gates.rollback_gate, gates.gate, gates.promote):
             report = check(registry, typo, split)
             assert not report.passed and "must be an integer of 1 or more" in str(report), str(report)
         assert _state(registry) == before
-    report = lifecycle.rollback(registry, "01", split)  # version 1, written with a leading zero
+    report = gates.rollback(registry, "01", split)  # version 1, written with a leading zero
     assert report.passed and report.version == "1", str(report)
     aliases, tags = _state(registry)
     assert aliases == {lifecycle.CHAMPION: "1", lifecycle.PREVIOUS: None, lifecycle.CHALLENGER: None}
@@ -303,16 +305,16 @@ def test_a_rolled_back_version_cannot_come_back_quietly(registry, split):
         registry.client.delete_model_version_tag(registry.name, version, lifecycle.ROLLED_BACK)
     _appoint(registry, cnn)
     registry.client.set_registered_model_alias(registry.name, lifecycle.CHALLENGER, optimized)
-    assert lifecycle.promote(registry, optimized, split).passed
-    assert lifecycle.rollback(registry, cnn, split).passed
+    assert gates.promote(registry, optimized, split).passed
+    assert gates.rollback(registry, cnn, split).passed
     assert registry.version_of(lifecycle.CHALLENGER) is None  # no canary of the version just rolled back
-    for move in (lifecycle.promote, lifecycle.rollback):
+    for move in (gates.promote, gates.rollback):
         report = move(registry, optimized, split)
         assert not report.passed and [c.name for c in report.checks if not c.passed] == ["history"], str(report)
         assert "FAIL history: not taken out of production by a rollback" in str(report)
     assert registry.version_of(lifecycle.CHAMPION) == cnn
     registry.client.delete_model_version_tag(registry.name, optimized, lifecycle.ROLLED_BACK)  # a person's deliberate act
-    assert lifecycle.gate(registry, optimized, split).passed
+    assert gates.gate(registry, optimized, split).passed
 
 
 def test_the_gate_leaves_no_downloaded_copy_behind(registry, split, tmp_path, monkeypatch):
@@ -322,5 +324,5 @@ def test_the_gate_leaves_no_downloaded_copy_behind(registry, split, tmp_path, mo
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     registry.client.set_registered_model_alias(registry.name, lifecycle.CHAMPION, registry.built["cnn"])
-    assert lifecycle.gate(registry, registry.built["cnn"], split).passed
+    assert gates.gate(registry, registry.built["cnn"], split).passed
     assert list(scratch.iterdir()) == []

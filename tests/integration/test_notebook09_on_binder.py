@@ -1,8 +1,8 @@
 """Notebook 09 as Binder runs it: Node.js is there (repo2docker's base environment has Node.js 20) but no npm
 packages under deploy/, and no Chromium. Every cell runs; the page, browser and Node.js cells print why they skip.
 
-The kernel gets ``ONNX_LAB_CHROMIUM`` pointing nowhere and a first cell that points ``edge.node_dir`` and
-``edge.web_dir`` at folders without ``node_modules`` (Binder's checkout of deploy/), then the notebook runs unchanged.
+The kernel gets ``ONNX_LAB_CHROMIUM`` pointing nowhere and a first cell that points ``nodejs.node_dir`` and
+``web.web_dir`` at folders without ``node_modules`` (Binder's checkout of deploy/), then the notebook runs unchanged.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from labsupport.course.paths import repo_root
 NOTEBOOK = repo_root() / "notebooks" / "09_deploy_edge.ipynb"
 BINDER_CHECKOUT = """
 from pathlib import Path
-from labsupport.topics import edge
+from labsupport.topics import nodejs, web
 
-edge.node_dir = lambda: Path({folder!r}) / "node"  # a copy of deploy/node without node_modules
-edge.web_dir = lambda: Path({folder!r}) / "web"  # a copy of deploy/web without node_modules
+nodejs.node_dir = lambda: Path({folder!r}) / "node"  # a copy of deploy/node without node_modules
+web.web_dir = lambda: Path({folder!r}) / "web"  # a copy of deploy/web without node_modules
 """
 
 

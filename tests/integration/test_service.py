@@ -17,7 +17,7 @@ from labsupport.course.data import load_digits
 from labsupport.models.contract import IR_VERSION, OPSET
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.models.heavy_classifier import write_heavy_classifier
-from labsupport.topics import edge, serving
+from labsupport.topics import loadgen, serving, web
 from onnx_service import config as svc_config
 from onnx_service import model as svc_model
 from onnx_service.app import create_app
@@ -112,7 +112,7 @@ def test_openapi_documents_predict(client):
 
 
 def test_docs_page_renders_predict_in_a_browser_without_internet(service, require_tool):
-    require_tool(edge.CHROMIUM, "the browser test drives Debian's Chromium (apt-get install chromium)")
+    require_tool(web.CHROMIUM, "the browser test drives Debian's Chromium (apt-get install chromium)")
     outside: list[str] = []
 
     def only_the_service(route):
@@ -123,7 +123,7 @@ def test_docs_page_renders_predict_in_a_browser_without_internet(service, requir
             route.abort()
 
     with sync_playwright() as playwright:
-        browser = edge.launch_chromium(playwright)
+        browser = web.launch_chromium(playwright)
         try:
             page = browser.new_page()
             page.route("**/*", only_the_service)
@@ -156,7 +156,7 @@ def test_bad_input_over_http_gets_its_4xx_and_the_server_stays_correct(client, s
     predictions, _ = _predict_all(client, digits_test.images[:120])
     assert predictions.tolist() == reference[:120].argmax(axis=1).tolist()
     # no request so far produced a server error
-    samples = serving.parse_metrics(client.get("/metrics").text)
+    samples = loadgen.parse_metrics(client.get("/metrics").text)
     requests = [dict(labels) for (name, labels) in samples if name == "onnx_service_requests_total"]
     assert not any(labels["status"].startswith("5") for labels in requests if labels["path"] != "/ready")  # /ready: 503 until warm
 
@@ -182,7 +182,7 @@ def test_unknown_route_and_wrong_method(client):
 
 
 def test_metrics_count_requests_by_status_and_batch_sizes(client, digits_test):
-    before = serving.parse_metrics(client.get("/metrics").text)
+    before = loadgen.parse_metrics(client.get("/metrics").text)
     key_ok = ("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "200")))
     key_bad = ("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "422")))
     batch_count = ("onnx_service_batch_size_count", ())
@@ -191,7 +191,7 @@ def test_metrics_count_requests_by_status_and_batch_sizes(client, digits_test):
     client.post("/predict", json={"inputs": []})
     response = client.get("/metrics")
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
-    after = serving.parse_metrics(response.text)
+    after = loadgen.parse_metrics(response.text)
     assert after[key_ok] - before.get(key_ok, 0) == 2
     assert after[key_bad] - before.get(key_bad, 0) == 1
     assert after[batch_count] - before.get(batch_count, 0) == 2
@@ -299,7 +299,7 @@ def test_unexpected_error_is_a_bare_500_and_the_app_keeps_serving(model_path, ca
     assert "secret internal detail" in caplog.text  # logged for the operator
     loaded.session = real_session
     assert http.post("/predict", json={"inputs": GOOD}).status_code == 200
-    metrics = serving.parse_metrics(http.get("/metrics").text)
+    metrics = loadgen.parse_metrics(http.get("/metrics").text)
     assert metrics[("onnx_service_requests_total", (("method", "POST"), ("path", "/predict"), ("status", "500")))] == 1
 
 
@@ -344,17 +344,17 @@ def test_model_with_two_inputs_is_refused(tmp_path):
 
 def test_serve_helpers_refuse_bad_arguments():
     with pytest.raises(ValueError, match="only calls services on this machine"):
-        serving.load_test("http://example.com:80", [{}], concurrency=1, requests=1)
+        loadgen.load_test("http://example.com:80", [{}], concurrency=1, requests=1)
     with pytest.raises(ValueError, match="concurrency must be between 1 and 64"):
-        serving.load_test("http://127.0.0.1:9", [{}], concurrency=0, requests=1)
+        loadgen.load_test("http://127.0.0.1:9", [{}], concurrency=0, requests=1)
     with pytest.raises(ValueError, match="requests must be between 1 and 50000"):
-        serving.load_test("http://127.0.0.1:9", [{}], concurrency=1, requests=10**6)
+        loadgen.load_test("http://127.0.0.1:9", [{}], concurrency=1, requests=10**6)
     with pytest.raises(ValueError, match="one entry per body"):
-        serving.load_test("http://127.0.0.1:9", [{}], concurrency=1, requests=1, expected=[])
+        loadgen.load_test("http://127.0.0.1:9", [{}], concurrency=1, requests=1, expected=[])
     with pytest.raises(ValueError, match="workers must be between 1 and 8"):
         serving.start("x.onnx", workers=0)
     with pytest.raises(ValueError, match="not a Prometheus sample line"):
-        serving.parse_metrics("this is not a metric line at all {")
+        loadgen.parse_metrics("this is not a metric line at all {")
     assert serving.payload(np.zeros((2, 1, 8, 8), dtype=np.float32))["inputs"][1][0][7] == [0.0] * 8
 
 
@@ -370,7 +370,7 @@ def test_load_test_counts_connection_errors():
     with socket.socket() as bound_only:  # bound but not listening: every connection is refused
         bound_only.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{bound_only.getsockname()[1]}"
-        result = serving.load_test(url, [{"inputs": GOOD}], concurrency=2, requests=4, timeout=10)
+        result = loadgen.load_test(url, [{"inputs": GOOD}], concurrency=2, requests=4, timeout=10)
     assert result.requests == 4 and result.errors == 4 and result.ok == 0
     assert result.statuses == {0: 4} and "ConnectError" in result.first_error
     row = result.row(variant="nothing listening")
@@ -380,17 +380,17 @@ def test_load_test_counts_connection_errors():
 def test_load_test_checks_every_answer_and_reports_the_probe(service, digits_test, reference):
     bodies = [serving.payload(digits_test.images[i : i + 1]) for i in range(4)]
     truth = [[int(reference[i].argmax())] for i in range(4)]
-    good = serving.load_test(service.url, bodies, concurrency=3, requests=30, expected=truth, probe="/health")
+    good = loadgen.load_test(service.url, bodies, concurrency=3, requests=30, expected=truth, probe="/health")
     assert (good.requests, good.ok, good.errors, good.wrong, good.statuses) == (30, 30, 0, 0, {200: 30}), good.first_error
     assert good.probe_count >= 1 and good.probe_p99_ms >= good.probe_p50_ms
-    misread = serving.load_test(service.url, bodies, concurrency=2, requests=8, expected=[[(t[0] + 1) % 10] for t in truth])
+    misread = loadgen.load_test(service.url, bodies, concurrency=2, requests=8, expected=[[(t[0] + 1) % 10] for t in truth])
     assert (misread.ok, misread.wrong, misread.errors) == (0, 8, 0) and misread.first_error.startswith("wrong predictions for body")
 
 
 def test_load_test_counts_4xx_and_keeps_serving_on_the_same_connections(service):
     too_big = {"inputs": np.zeros((MAX_BODY // 200, 1, 8, 8)).tolist()}  # over max_body_bytes: 413
     for bad, status in (({"inputs": [[0.0] * 64]}, 422), (too_big, 413)):
-        result = serving.load_test(service.url, [{"inputs": GOOD}, bad], concurrency=2, requests=20)
+        result = loadgen.load_test(service.url, [{"inputs": GOOD}, bad], concurrency=2, requests=20)
         assert result.statuses == {200: 10, status: 10} and result.errors == 10, result.statuses
         assert result.first_error.startswith(f"HTTP {status}: ")
 

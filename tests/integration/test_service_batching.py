@@ -20,7 +20,7 @@ from anyio import CapacityLimiter
 from labsupport.course.compare import softmax
 from labsupport.course.data import load_digits
 from labsupport.models.digits_cnn import ensure_digits_cnn
-from labsupport.topics import serving
+from labsupport.topics import loadgen, serving
 from onnx_service import batching, config, metrics
 
 QUEUE_DEPTH = ("onnx_service_batcher_queue_depth", ())
@@ -167,7 +167,7 @@ def test_batcher_metrics_render():
     m = metrics.Metrics(max_batch=64, batch_max_size=16)
     m.queue_depth = lambda: 3
     m.observe_batch(12, 0.004, [0.0004, 0.003])
-    samples = serving.parse_metrics(m.render())
+    samples = loadgen.parse_metrics(m.render())
     assert samples[("onnx_service_batcher_batch_size_bucket", (("le", "8"),))] == 0
     assert samples[("onnx_service_batcher_batch_size_bucket", (("le", "16"),))] == 1
     assert samples[("onnx_service_batcher_queue_wait_seconds_count", ())] == 2
@@ -210,7 +210,7 @@ def test_concurrent_mixed_batches_each_match_an_in_process_run_of_their_own_inpu
             thread.start()
         for thread in threads:
             thread.join(120)
-        samples = serving.parse_metrics(httpx.get(service.url + "/metrics").text)
+        samples = loadgen.parse_metrics(httpx.get(service.url + "/metrics").text)
     assert service.process.returncode == 0
     for i, (status, body) in enumerate(results):
         assert status == 200, body
@@ -241,7 +241,7 @@ def test_service_bench_ratios_and_target_from_fake_results(tmp_path):
     from labsupport.bench import service as service_bench
 
     def result(concurrency, throughput, p99):
-        return serving.LoadResult(concurrency, 100, 100, 0, 0, 1.0, throughput, p99 / 2, p99, {200: 100})
+        return loadgen.LoadResult(concurrency, 100, 100, 0, 0, 1.0, throughput, p99 / 2, p99, {200: 100})
 
     comparison = service_bench.BatchingComparison(
         (1, 32),
@@ -280,7 +280,7 @@ def test_combined_rounds_take_the_p99_of_all_latencies_pooled_not_a_median_of_ro
 
     quick = [0.010] * 9
     rounds = [
-        serving.LoadResult(1, 10, 10, 0, 0, 1.0, 10.0, 10.0, 10.0, {200: 10}, latencies_s=tuple([*quick, slowest]))
+        loadgen.LoadResult(1, 10, 10, 0, 0, 1.0, 10.0, 10.0, 10.0, {200: 10}, latencies_s=tuple([*quick, slowest]))
         for slowest in (0.010, 0.500, 0.600)
     ]
     combined = service_bench.combine(rounds)

@@ -22,7 +22,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from labsupport.topics import serving
+from labsupport.topics import loadgen
 from onnx_service import edge, routing
 from onnx_service.app import create_app
 from onnx_service.config import Settings
@@ -196,7 +196,7 @@ def test_a_request_whose_client_left_is_dropped_before_it_runs_and_counted_499(m
             queued_after = service.queued()
             session.release()
             answered = await first
-            return statuses, queued_after, answered, serving.parse_metrics((await client.get("/metrics")).text)
+            return statuses, queued_after, answered, loadgen.parse_metrics((await client.get("/metrics")).text)
 
     statuses, queued_after, answered, samples = asyncio.run(scenario())
     assert statuses == [499, 499] and queued_after == 0  # they left the queue at once
@@ -218,7 +218,7 @@ def test_a_request_whose_client_is_already_gone_never_runs_even_on_an_idle_batch
         gone.set()  # the client sent its whole request and closed the connection at once
         status = await _leaving_client(app, tokens(7), gone)
         async with client_for(app) as client:
-            return status, serving.parse_metrics((await client.get("/metrics")).text)
+            return status, loadgen.parse_metrics((await client.get("/metrics")).text)
 
     status, samples = asyncio.run(scenario())
     assert status == 499 and session.started == 0  # nothing queued or running: the batcher was idle, and still never ran it
@@ -251,7 +251,7 @@ def test_a_body_whose_client_left_while_it_waited_for_the_parse_lane_is_never_pa
             status = await leaving  # answered while the first parse still holds the lane
             release_parse.set()
             answered = await first
-            return status, answered, serving.parse_metrics((await client.get("/metrics")).text)
+            return status, answered, loadgen.parse_metrics((await client.get("/metrics")).text)
 
     status, answered, samples = asyncio.run(scenario())
     assert status == 499 and answered.status_code == 200
@@ -340,7 +340,7 @@ def test_every_route_of_the_app_is_its_own_path_label_in_metrics():
     with TestClient(app, raise_server_exceptions=False) as client:
         for path in [*paths, "/no-such-route"]:
             client.get(path)
-        samples = serving.parse_metrics(client.get("/metrics").text)
+        samples = loadgen.parse_metrics(client.get("/metrics").text)
     labels = {dict(labels)["path"] for name, labels in samples if name == "onnx_service_requests_total"}
     assert {"/predict", "/health", "/ready", "/metrics", "/admin/routing", "/docs", "/openapi.json"} <= set(paths)
     assert labels == {*paths, "other"}, labels  # a route is never counted as "other"; an unknown path always is
@@ -357,7 +357,7 @@ def shadowed_app(champion: StandInSession, shadow: StandInSession, slots: int):
 
 
 def shadow_counts(app) -> dict[str, float]:
-    samples = serving.parse_metrics(app.state.service.metrics.render())
+    samples = loadgen.parse_metrics(app.state.service.metrics.render())
     return {dict(labels)["outcome"]: value for (name, labels), value in samples.items() if name == "onnx_service_shadow_examples_total"}
 
 

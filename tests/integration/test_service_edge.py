@@ -24,7 +24,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from labsupport.models.digits_cnn import ensure_digits_cnn
-from labsupport.topics import serving
+from labsupport.topics import loadgen, serving
 from onnx_service import edge, text, validation
 from onnx_service.app import create_app
 from onnx_service.config import ConfigError, Settings
@@ -265,7 +265,7 @@ def test_behind_a_root_path_docs_load_through_it_and_metrics_name_the_routes(liv
     with httpx.Client(base_url=f"http://{live.netloc}", timeout=WAIT) as client:
         assert client.get("/health").status_code == 200
         page = client.get("/docs").text
-        metrics = serving.parse_metrics(client.get("/metrics").text)
+        metrics = loadgen.parse_metrics(client.get("/metrics").text)
     assert f"{PREFIX}/docs/assets/swagger-ui-bundle.js" in page and f"url: '{PREFIX}/openapi.json'" in page
     health = ("onnx_service_requests_total", (("method", "GET"), ("path", "/health"), ("status", "200")))
     assert metrics[health] == 1

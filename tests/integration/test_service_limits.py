@@ -20,7 +20,7 @@ import pytest
 
 from labsupport.course.data import load_digits
 from labsupport.models.digits_cnn import ensure_digits_cnn
-from labsupport.topics import serving
+from labsupport.topics import loadgen, serving
 from onnx_service.app import create_app
 from onnx_service.config import Settings
 from onnx_service.service import slots_per_worker
@@ -139,7 +139,7 @@ def test_a_client_that_leaves_mid_body_is_counted_as_499_not_as_a_server_error()
         deadline = time.monotonic() + 10
         counted: dict[str, float] = {}
         while "499" not in counted and time.monotonic() < deadline:
-            samples = serving.parse_metrics(httpx.get(f"{service.url}/metrics").text)
+            samples = loadgen.parse_metrics(httpx.get(f"{service.url}/metrics").text)
             counted = {
                 dict(labels)["status"]: value
                 for (name, labels), value in samples.items()

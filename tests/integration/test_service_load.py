@@ -7,7 +7,7 @@ import pytest
 
 from labsupport.course.data import load_digits
 from labsupport.models.digits_cnn import ensure_digits_cnn
-from labsupport.topics import serving
+from labsupport.topics import loadgen, serving
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def bodies_and_expected():
 def test_2000_requests_at_concurrency_16_without_errors(bodies_and_expected):
     model, bodies, expected = bodies_and_expected
     with serving.start(model) as service:
-        result = serving.load_test(service.url, bodies, concurrency=16, requests=2000, expected=expected, timeout=120)
+        result = loadgen.load_test(service.url, bodies, concurrency=16, requests=2000, expected=expected, timeout=120)
         assert service.running
     print(f"\nload test: {result.requests} requests, {result.throughput:.0f} req/s, p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms")
     assert result.requests == 2000, "the load test hit its time bound"
@@ -43,7 +43,7 @@ def test_2000_requests_at_concurrency_16_without_errors(bodies_and_expected):
 def test_two_workers_serve_correctly_and_stop_cleanly(bodies_and_expected):
     model, bodies, expected = bodies_and_expected
     with serving.start(model, workers=2) as service:
-        result = serving.load_test(service.url, bodies, concurrency=4, requests=200, expected=expected, timeout=60)
+        result = loadgen.load_test(service.url, bodies, concurrency=4, requests=200, expected=expected, timeout=60)
     assert (result.requests, result.errors, result.wrong) == (200, 0, 0), result.first_error
     assert service.process.returncode == 0
     assert service.log_text().count("Started server process") == 2
@@ -52,7 +52,7 @@ def test_two_workers_serve_correctly_and_stop_cleanly(bodies_and_expected):
 def test_naive_handler_is_still_correct(bodies_and_expected):
     model, bodies, expected = bodies_and_expected
     with serving.start(model, handler="naive") as service:
-        result = serving.load_test(service.url, bodies, concurrency=4, requests=100, expected=expected, timeout=60)
+        result = loadgen.load_test(service.url, bodies, concurrency=4, requests=100, expected=expected, timeout=60)
         assert serve_ready_handler(service) == "naive"
     assert (result.requests, result.errors, result.wrong) == (100, 0, 0), result.first_error
 

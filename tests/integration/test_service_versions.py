@@ -22,7 +22,7 @@ from labsupport.models.contract import IR_VERSION, OPSET
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.models.digits_sklearn import ensure_digits_sklearn
 from labsupport.models.heavy_classifier import write_heavy_classifier
-from labsupport.topics import serving
+from labsupport.topics import loadgen, serving
 from onnx_service import model as svc_model
 from onnx_service import routing
 from onnx_service.app import create_app
@@ -54,7 +54,7 @@ def _document(versions, champion="1", challenger="2", percent=0, shadow=None):
 
 
 def _shadow_counts(client) -> dict[str, float]:
-    samples = serving.parse_metrics(client.get("/metrics").text)
+    samples = loadgen.parse_metrics(client.get("/metrics").text)
     key = "onnx_service_shadow_examples_total"
     return {
         outcome: samples.get((key, (("outcome", outcome), ("version", "2"))), 0) for outcome in ("agree", "disagree", "skipped", "failed")
@@ -117,7 +117,7 @@ def test_split_by_request_key_and_shadow_counts(tmp_path, versions, images):
         assert client.post("/predict", json=serving.payload(images[:1])).json()["version"] == "1"  # no key: champion
         champion_examples += 1 + (again["version"] == "1")
         counted = _wait_for_shadow(client, champion_examples)
-        samples = serving.parse_metrics(client.get("/metrics").text)
+        samples = loadgen.parse_metrics(client.get("/metrics").text)
     champion_requests = sum(v == "1" for v in served.values()) + 1 + (served["user-7"] == "1")
     assert counted["failed"] == 0
     assert counted["agree"] + counted["disagree"] + counted["skipped"] == champion_examples  # every example the champion served
@@ -136,13 +136,13 @@ def test_the_shadow_runs_only_on_requests_the_champion_answers(tmp_path, version
         deadline = time.monotonic() + 30
         counted: dict[str, float] = {}
         while sum(counted.values()) < 3 and time.monotonic() < deadline:
-            samples = serving.parse_metrics(client.get("/metrics").text)
+            samples = loadgen.parse_metrics(client.get("/metrics").text)
             counted = {
                 dict(labels)["outcome"]: value for (name, labels), value in samples.items() if name == "onnx_service_shadow_examples_total"
             }
             time.sleep(0.01)
         time.sleep(0.2)
-        samples = serving.parse_metrics(client.get("/metrics").text)
+        samples = loadgen.parse_metrics(client.get("/metrics").text)
     counted = {dict(labels)["outcome"]: value for (name, labels), value in samples.items() if name == "onnx_service_shadow_examples_total"}
     assert sum(counted.values()) == 3, counted  # the champion's 3 examples; none of the challenger's 20
 
@@ -261,7 +261,7 @@ def test_routing_with_sha256s_serves_only_the_registered_files(tmp_path, version
 
 
 def _served_by_version(client) -> dict[str, float]:
-    samples = serving.parse_metrics(client.get("/metrics").text)
+    samples = loadgen.parse_metrics(client.get("/metrics").text)
     served: dict[str, float] = {}
     for (name, labels), value in samples.items():
         if name == "onnx_service_version_requests_total":
@@ -284,12 +284,12 @@ CONCURRENCY = 8
 @pytest.mark.slow
 def test_promote_and_roll_back_under_load_without_a_failed_request(versions, images):
     bodies = [serving.payload(images[i : i + 1]) for i in range(16)]
-    results: list[serving.LoadResult] = []
+    results: list[loadgen.LoadResult] = []
     stop = threading.Event()
 
     def load() -> None:  # rounds of load until every switch is done
         while not stop.is_set():
-            results.append(serving.load_test(service.url, bodies, concurrency=CONCURRENCY, requests=100, timeout=60))
+            results.append(loadgen.load_test(service.url, bodies, concurrency=CONCURRENCY, requests=100, timeout=60))
 
     with (
         serving.start(versions["1"], admin_token=TOKEN) as service,
@@ -383,7 +383,7 @@ def test_warm_up_runs_the_largest_request_the_service_takes_at_start_up_and_on_a
 
 
 def _model_info(client) -> dict[str, dict[str, str]]:
-    samples = serving.parse_metrics(client.get("/metrics").text)
+    samples = loadgen.parse_metrics(client.get("/metrics").text)
     return {dict(labels)["version"]: dict(labels) for (name, labels) in samples if name == "onnx_service_model_info"}
 
 

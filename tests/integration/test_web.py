@@ -24,7 +24,7 @@ from labsupport.course.compare import compare
 from labsupport.course.data import load_digits
 from labsupport.course.paths import artifact
 from labsupport.models.digits_cnn import ensure_digits_cnn
-from labsupport.topics import edge
+from labsupport.topics import edge, web
 from onnx_web_demo.__main__ import SERVING
 
 # WebAssembly and the CPU provider run the same float32 graph with different kernels: probabilities
@@ -38,7 +38,7 @@ STARTUP_TIMEOUT = 60.0
 @pytest.fixture
 def web_runtime(prerequisite):
     """onnxruntime-web installed by npm (`make js-deps`): fail in CI, skip elsewhere."""
-    installed = (edge.web_dir() / "node_modules" / "onnxruntime-web" / "dist" / "ort.wasm.min.mjs").is_file()
+    installed = (web.web_dir() / "node_modules" / "onnxruntime-web" / "dist" / "ort.wasm.min.mjs").is_file()
     prerequisite(installed, "onnxruntime-web is not installed in deploy/web/node_modules: run `make js-deps`")
 
 
@@ -74,14 +74,14 @@ def _demo_command(model, images, *options: str) -> list[str]:
 
 
 def test_package_json_pins_onnxruntime_web_and_lockfile_matches():
-    package = json.loads((edge.web_dir() / "package.json").read_text())
-    lock = json.loads((edge.web_dir() / "package-lock.json").read_text())
-    assert package["dependencies"] == {"onnxruntime-web": edge.ORT_WEB_VERSION}
-    assert lock["packages"]["node_modules/onnxruntime-web"]["version"] == edge.ORT_WEB_VERSION
+    package = json.loads((web.web_dir() / "package.json").read_text())
+    lock = json.loads((web.web_dir() / "package-lock.json").read_text())
+    assert package["dependencies"] == {"onnxruntime-web": web.ORT_WEB_VERSION}
+    assert lock["packages"]["node_modules/onnxruntime-web"]["version"] == web.ORT_WEB_VERSION
 
 
 def test_server_serves_page_runtime_model_and_test_images(model, web_runtime):
-    with edge.web_demo(model) as server:
+    with web.web_demo(model) as server:
         assert server.url.startswith("http://127.0.0.1:") and server.port > 0
         status, kind, body = _get(server.url)
         assert status == 200 and kind.startswith("text/html") and b'src="app.js"' in body
@@ -103,13 +103,13 @@ def test_server_serves_page_runtime_model_and_test_images(model, web_runtime):
 
 @pytest.mark.parametrize("path", ["ort/../package.json", "ort/%2e%2e/package.json", "package.json", "pyproject.toml", "ort/", "nothing"])
 def test_server_refuses_everything_else(model, path, web_runtime):
-    with edge.web_demo(model) as server:
+    with web.web_demo(model) as server:
         status, _, body = _get(server.url + path)
     assert status == 404 and b"not found" in body
 
 
 def test_server_checks_its_arguments(tmp_path, model, web_runtime):
-    images = edge.page_images()
+    images = web.page_images()
     with pytest.raises(FileNotFoundError, match="does not exist"):
         onnx_web_demo.WebDemoServer(tmp_path / "missing.onnx", images)
     with pytest.raises(ValueError, match="port must be"):
@@ -151,8 +151,8 @@ def test_the_address_printed_on_a_hub_serves_the_page_through_jupyter_server_pro
     lab = jupyterlab("--ServerApp.base_url=/user/alice/")
     monkeypatch.setenv(HUB_PREFIX_VARIABLE, "/user/alice/")
     monkeypatch.delenv("JUPYTERHUB_HOST", raising=False)
-    with edge.web_demo(model) as server:
-        address = edge.page_address(server)
+    with web.web_demo(model) as server:
+        address = web.page_address(server)
         assert address == f"/user/alice/proxy/{server.port}/"
         for path in ["", "app.js", "ort/ort.wasm.min.mjs", "ort/ort-wasm-simd-threaded.wasm", "model/digits_cnn.onnx", "test-images.json"]:
             proxied, direct = _get(lab.url(address.removeprefix("/user/alice") + path)), _get(server.url + path)
@@ -164,18 +164,18 @@ def test_the_address_printed_on_a_hub_serves_the_page_through_jupyter_server_pro
 def test_the_page_classifies_in_chromium_at_the_address_printed_on_a_hub(model, web_runtime, jupyterlab, monkeypatch, require_tool):
     from playwright.sync_api import sync_playwright
 
-    require_tool(edge.CHROMIUM, "the browser test drives Debian's Chromium (apt-get install chromium)")
+    require_tool(web.CHROMIUM, "the browser test drives Debian's Chromium (apt-get install chromium)")
     lab = jupyterlab("--ServerApp.base_url=/user/alice/")
     monkeypatch.setenv(HUB_PREFIX_VARIABLE, "/user/alice/")
     monkeypatch.delenv("JUPYTERHUB_HOST", raising=False)
     images = load_digits().test.images[:4]
-    with edge.web_demo(model) as server, sync_playwright() as playwright:
-        browser = edge.launch_chromium(playwright)
+    with web.web_demo(model) as server, sync_playwright() as playwright:
+        browser = web.launch_chromium(playwright)
         try:
             page = browser.new_page()
             errors: list[str] = []
             page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-            page.goto(lab.url(edge.page_address(server).removeprefix("/user/alice")))  # the token logs the browser in
+            page.goto(lab.url(web.page_address(server).removeprefix("/user/alice")))  # the token logs the browser in
             page.wait_for_function("window.onnxLab !== undefined", timeout=60_000)
             page.evaluate("async () => { await window.onnxLab.ready; }")
             result = page.evaluate("async (images) => window.onnxLab.classify(images)", images.reshape(4, 64).tolist())
@@ -186,7 +186,7 @@ def test_the_page_classifies_in_chromium_at_the_address_printed_on_a_hub(model, 
 
 
 def test_the_command_binds_port_0_and_prints_the_url(web_runtime):
-    model, images = edge.web_demo_files()
+    model, images = web.web_demo_files()
     process = subprocess.Popen(_demo_command(model, images, "--port", "0"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         line = _first_line(process, STARTUP_TIMEOUT)
@@ -200,7 +200,7 @@ def test_the_command_binds_port_0_and_prints_the_url(web_runtime):
 
 
 def test_the_command_rejects_bad_arguments_with_a_clear_message(model, tmp_path):
-    images = edge.page_images()
+    images = web.page_images()
     bad_port = subprocess.run(_demo_command(model, images, "--port", "eighty"), capture_output=True, text=True, timeout=120)
     assert bad_port.returncode == 2 and "the port must be a number such as 8000" in bad_port.stderr
     no_model = subprocess.run(_demo_command(tmp_path / "none.onnx", images), capture_output=True, text=True, timeout=120)
@@ -223,23 +223,23 @@ def test_images_payload():
 
 def test_browser_classify_refuses_a_missing_browser(model):
     with pytest.raises(FileNotFoundError, match="Chromium not found"):
-        edge.browser_classify(model, load_digits().test.images[:1], executable="/nonexistent/chromium")
+        web.browser_classify(model, load_digits().test.images[:1], executable="/nonexistent/chromium")
 
 
 @pytest.mark.browser
 @pytest.mark.slow
 def test_browser_matches_onnxruntime_in_python(model, web_runtime, require_tool):
-    require_tool(edge.CHROMIUM, "the browser test drives Debian's Chromium (apt-get install chromium)")
+    require_tool(web.CHROMIUM, "the browser test drives Debian's Chromium (apt-get install chromium)")
     test = load_digits().test
     images = test.images[:BROWSER_IMAGES]
     screenshot = artifact("web_demo.png")
     screenshot.unlink(missing_ok=True)
     shown = 3
 
-    result = edge.browser_classify(model, images, shown_index=shown, screenshot=screenshot)
+    result = web.browser_classify(model, images, shown_index=shown, screenshot=screenshot)
     reference = edge.python_reference(model, images)
 
-    assert result.runtime == f"onnxruntime-web {edge.ORT_WEB_VERSION}" and result.backend == "wasm"
+    assert result.runtime == f"onnxruntime-web {web.ORT_WEB_VERSION}" and result.backend == "wasm"
     assert result.console_errors == []
     assert result.probabilities.shape == (BROWSER_IMAGES, 10)
     compare(reference["probabilities"], result.probabilities, atol=PROBABILITY_ATOL, rtol=0, name="browser probabilities")
@@ -258,4 +258,4 @@ def test_missing_npm_packages_say_how_to_install_them(tmp_path, model):
     with pytest.raises(FileNotFoundError, match="make js-deps"):
         onnx_web_demo.runtime_dir(tmp_path)
     with pytest.raises(FileNotFoundError, match="make js-deps"):
-        onnx_web_demo.WebDemoServer(model, edge.page_images(), page_dir=tmp_path)
+        onnx_web_demo.WebDemoServer(model, web.page_images(), page_dir=tmp_path)

@@ -1,25 +1,25 @@
-"""labsupport.topics.edge.chromium_available: notebook 09 skips its browser cells when it is False."""
+"""labsupport.topics.web.chromium_available: notebook 09 skips its browser cells when it is False."""
 
 from __future__ import annotations
 
 import pytest
 
-from labsupport.topics import edge
+from labsupport.topics import web
 
 
 def test_a_missing_browser_is_not_available(tmp_path):
-    assert not edge.chromium_available(str(tmp_path / "chromium"))
+    assert not web.chromium_available(str(tmp_path / "chromium"))
 
 
 def test_a_file_that_cannot_be_run_is_not_available(tmp_path):
     browser = tmp_path / "chromium"
     browser.write_text("#!/bin/sh\n")
     browser.chmod(0o644)
-    assert not edge.chromium_available(str(browser))
+    assert not web.chromium_available(str(browser))
     browser.chmod(0o755)
-    assert edge.chromium_available(str(browser))
+    assert web.chromium_available(str(browser))
 
 
 def test_browser_classify_without_chromium_names_the_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match="ONNX_LAB_CHROMIUM"):
-        edge.browser_classify(tmp_path / "model.onnx", [[0.0] * 64], executable=str(tmp_path / "chromium"))
+        web.browser_classify(tmp_path / "model.onnx", [[0.0] * 64], executable=str(tmp_path / "chromium"))

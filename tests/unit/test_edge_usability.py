@@ -1,10 +1,10 @@
-"""labsupport.topics.edge.parse_usability_report: the numbers of ONNX Runtime's mobile usability checker."""
+"""labsupport.topics.mobile.parse_usability_report: the numbers of ONNX Runtime's mobile usability checker."""
 
 from __future__ import annotations
 
 import pytest
 
-from labsupport.topics.edge import Usability, parse_usability_report
+from labsupport.topics.mobile import Usability, parse_usability_report
 
 # the lines that matter of `python -m onnxruntime.tools.check_onnx_model_mobile_usability digits_cnn_int8.onnx`
 # (onnxruntime 1.31.1, the dynamic-batch INT8 model of notebook 06), caveat lines left out

@@ -10,8 +10,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from labsupport.exercises import CORRECT, INCORRECT, nb01
-from labsupport.exercises.nb01 import Q1_WEIGHT, broken_model, mlp, mystery_model, q1, q2, q3
+from labsupport.exercises.nb01 import Q1_WEIGHT, broken_model, mystery_model, q1, q2, q3
 from labsupport.models.contract import IR_VERSION, OPSET
+from labsupport.models.graph_mlp import mlp
 
 
 def _q1_model(

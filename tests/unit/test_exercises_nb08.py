@@ -57,7 +57,7 @@ def test_q2_catches_a_thread_whose_result_blocks_the_loop(monkeypatch):
 
 
 def test_q3_rejects_typical_wrong_rates():
-    from labsupport.topics.serving import parse_metrics
+    from labsupport.topics.loadgen import parse_metrics
 
     def only_500(text):
         samples = parse_metrics(text)
@@ -111,7 +111,7 @@ def test_q2_rejects_an_answer_that_runs_only_part_of_the_feeds():
 def test_q3_rejects_answers_that_also_count_the_latency_histogram():
     import re
 
-    from labsupport.topics.serving import parse_metrics
+    from labsupport.topics.loadgen import parse_metrics
 
     def path_filter_only(text):  # forgets that the latency histogram also carries path="/predict"
         total = errors = 0.0
@@ -193,7 +193,7 @@ def test_q2_accepts_the_threadpool_of_starlette_and_the_output_named():
 
 
 def test_q3_rejects_a_filter_on_the_post_method_instead_of_the_path():
-    from labsupport.topics.serving import parse_metrics
+    from labsupport.topics.loadgen import parse_metrics
 
     def every_post(text):  # POST /health (405) and POSTs to unknown paths (404) are not /predict requests
         total = errors = 0.0
@@ -232,7 +232,7 @@ def test_q2_rejects_feeds_cast_to_float64_as_onnx_runtime_does():
 
 
 def test_q3_rejects_a_rounded_rate_and_a_hard_coded_list_of_error_statuses():
-    from labsupport.topics.serving import parse_metrics
+    from labsupport.topics.loadgen import parse_metrics
 
     def predict_counts(text):
         return {
@@ -258,7 +258,7 @@ def test_q3_rejects_a_rounded_rate_and_a_hard_coded_list_of_error_statuses():
 
 
 def test_q3_rejects_a_list_of_error_statuses_that_misses_408_415_and_503():
-    from labsupport.topics.serving import parse_metrics
+    from labsupport.topics.loadgen import parse_metrics
 
     def the_five_statuses_of_the_review(text):  # 400, 413, 422, 499, 500: a body too slow (408), a gzip body (415), overload (503) missed
         counts = {

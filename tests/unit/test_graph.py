@@ -132,14 +132,17 @@ def test_wrong_types_and_bad_files(function, tmp_path: Path):
     empty.write_bytes(b"")
     with pytest.raises(ValueError, match=r"empty\.onnx is not an ONNX model"):
         function(str(empty))
+    with pytest.raises(ValueError, match=r"cannot read these 13 bytes as an ONNX model"):
+        function(b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01g")
 
 
-def test_load_model_passes_protos_through_and_reads_paths(tmp_path: Path):
+def test_load_model_passes_protos_through_and_reads_paths_and_bytes(tmp_path: Path):
     model = _dense_model()
     assert graph.load_model(model) is model
     path = tmp_path / "dense.onnx"
     onnx.save_model(model, path)
     assert graph.load_model(path).SerializeToString() == model.SerializeToString()
+    assert graph.load_model(model.SerializeToString()).SerializeToString() == model.SerializeToString()
     assert graph.dtype_name(TensorProto.INT64) == "int64" and graph.dtype_name(TensorProto.UNDEFINED) == "?"
 
 

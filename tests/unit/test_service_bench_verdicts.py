@@ -2,12 +2,12 @@
 
 from labsupport.bench import service as service_bench
 from labsupport.onnxutil import timing
-from labsupport.topics import serving
+from labsupport.topics import loadgen
 
 
 def _comparison(load):
     def result(concurrency, throughput, p99):
-        return serving.LoadResult(concurrency, 100, 100, 0, 0, 1.0, throughput, p99 / 2, p99, {200: 100})
+        return loadgen.LoadResult(concurrency, 100, 100, 0, 0, 1.0, throughput, p99 / 2, p99, {200: 100})
 
     results = {
         service_bench.PER_REQUEST: [result(1, 100, 10), result(32, 50, 800)],
