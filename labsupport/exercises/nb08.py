@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import inspect
 import itertools
@@ -162,8 +163,18 @@ def _run_with_heartbeat(infer, feeds) -> tuple[object, _SlowSession, float]:
             stop.set()
             await beat
 
-    outputs, stall = asyncio.run(scenario())
+    outputs, stall = _run_coroutine(scenario)
     return outputs, session, stall
+
+
+def _run_coroutine(make_coroutine):
+    """asyncio.run(make_coroutine()), in a thread of its own where this thread already runs an event loop (a Jupyter kernel's)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make_coroutine())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(make_coroutine())).result()
 
 
 def _is_async_callable(infer) -> bool:

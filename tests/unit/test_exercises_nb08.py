@@ -304,3 +304,21 @@ def test_q2_accepts_a_callable_object_and_a_sleep_in_the_worker_thread():
     for right in (Infer(), sleeps_in_the_thread):
         outcome = q2.evaluate(right)
         assert outcome.status == "correct", (right, outcome.message)
+
+
+def test_q2_checks_an_answer_from_a_cell_of_a_jupyter_kernel_whose_event_loop_runs():
+    """ipykernel 7 runs each cell inside its asyncio loop, where asyncio.run() raises: the checker must still judge."""
+    import asyncio
+
+    async def right(session, feeds):
+        return await asyncio.to_thread(session.run, None, feeds)
+
+    async def blocking(session, feeds):
+        return session.run(None, feeds)
+
+    async def from_a_running_loop():
+        return q2.evaluate(right), q2.evaluate(blocking)
+
+    accepted, refused = asyncio.run(from_a_running_loop())
+    assert accepted.status == "correct", accepted.message
+    assert refused.status == "incorrect" and "event loop was blocked" in refused.message
