@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import inspect
 import itertools
@@ -47,6 +46,7 @@ def _check_payload(body) -> str:
 BEATS_DURING_RUN = 3  # event-loop heartbeats that must happen while the model computes
 LONGEST_RUN = 5.0  # seconds the stand-in model waits for them: only an answer that blocks the loop waits that long
 LONGEST_STALL = 0.05  # seconds: a longer gap between heartbeats during infer means the caller blocked the loop
+LONGEST_CHECK = 30.0  # seconds one attempt may take: a blocking answer takes LONGEST_RUN, a deadlocked one forever
 STALL_ATTEMPTS = 3  # a blocking call stalls every attempt; a busy machine's scheduler rarely stalls all three
 OUTPUT_NAME = "rows"
 
@@ -168,13 +168,30 @@ def _run_with_heartbeat(infer, feeds) -> tuple[object, _SlowSession, float]:
 
 
 def _run_coroutine(make_coroutine):
-    """asyncio.run(make_coroutine()), in a thread of its own where this thread already runs an event loop (a Jupyter kernel's)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make_coroutine())
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(lambda: asyncio.run(make_coroutine())).result()
+    """asyncio.run(make_coroutine()) in a thread of its own: a Jupyter kernel's cell already runs in an event loop,
+    where asyncio.run() raises, and an answer that waits on its own loop for a result must not hang the kernel."""
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = asyncio.run(make_coroutine())
+        except BaseException as error:  # re-raised in the caller's thread
+            outcome["error"] = error
+
+    real_sleep = time.sleep
+    thread = threading.Thread(target=run, name="nb08-q2-check", daemon=True)
+    thread.start()
+    thread.join(LONGEST_CHECK)
+    if thread.is_alive():
+        time.sleep = real_sleep  # the scenario's _SleepWatch never got to restore it
+        raise Incorrect(
+            f"infer had not returned after {LONGEST_CHECK:g} s: it waits on the event loop's thread for a result that only "
+            "that loop can deliver (a busy-wait, or .result() of a future, inside async def?); await it instead "
+            "(restart the kernel to stop the stuck check)"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _is_async_callable(infer) -> bool:
