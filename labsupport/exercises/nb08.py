@@ -352,6 +352,11 @@ def _serve_and_probe(make_app, name: str) -> None:
         with TestClient(app, raise_server_exceptions=False) as client:
             responses = [client.post("/predict", json={"inputs": rows[i : i + 2].tolist()}) for i in range(0, len(rows), 2)]
             for response in responses:
+                if response.status_code >= 500:
+                    raise Incorrect(
+                        f"the {name} model ({len(rows[0])} features): a valid batch of 2 rows crashed the app ({response.status_code}); "
+                        "check what session.run gets: the model's input is tensor(float), so a float32 array (np.float32) of shape [n, k]"
+                    )
                 if response.status_code != 200:
                     raise Incorrect(
                         f"the {name} model ({len(rows[0])} features): a valid batch of 2 rows got {response.status_code} "
