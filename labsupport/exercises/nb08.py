@@ -46,6 +46,7 @@ def _check_payload(body) -> str:
 BEATS_DURING_RUN = 3  # event-loop heartbeats that must happen while the model computes
 LONGEST_RUN = 5.0  # seconds the stand-in model waits for them: only an answer that blocks the loop waits that long
 LONGEST_STALL = 0.05  # seconds: a longer gap between heartbeats during infer means the caller blocked the loop
+LONGEST_CHECK = 30.0  # seconds one attempt may take: a blocking answer takes LONGEST_RUN, a deadlocked one forever
 STALL_ATTEMPTS = 3  # a blocking call stalls every attempt; a busy machine's scheduler rarely stalls all three
 OUTPUT_NAME = "rows"
 
@@ -162,8 +163,35 @@ def _run_with_heartbeat(infer, feeds) -> tuple[object, _SlowSession, float]:
             stop.set()
             await beat
 
-    outputs, stall = asyncio.run(scenario())
+    outputs, stall = _run_coroutine(scenario)
     return outputs, session, stall
+
+
+def _run_coroutine(make_coroutine):
+    """asyncio.run(make_coroutine()) in a thread of its own: a Jupyter kernel's cell already runs in an event loop,
+    where asyncio.run() raises, and an answer that waits on its own loop for a result must not hang the kernel."""
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = asyncio.run(make_coroutine())
+        except BaseException as error:  # re-raised in the caller's thread
+            outcome["error"] = error
+
+    real_sleep = time.sleep
+    thread = threading.Thread(target=run, name="nb08-q2-check", daemon=True)
+    thread.start()
+    thread.join(LONGEST_CHECK)
+    if thread.is_alive():
+        time.sleep = real_sleep  # the scenario's _SleepWatch never got to restore it
+        raise Incorrect(
+            f"infer had not returned after {LONGEST_CHECK:g} s: it waits on the event loop's thread for a result that only "
+            "that loop can deliver (a busy-wait, or .result() of a future, inside async def?); await it instead "
+            "(restart the kernel to stop the stuck check)"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _is_async_callable(infer) -> bool:
@@ -324,6 +352,11 @@ def _serve_and_probe(make_app, name: str) -> None:
         with TestClient(app, raise_server_exceptions=False) as client:
             responses = [client.post("/predict", json={"inputs": rows[i : i + 2].tolist()}) for i in range(0, len(rows), 2)]
             for response in responses:
+                if response.status_code >= 500:
+                    raise Incorrect(
+                        f"the {name} model ({len(rows[0])} features): a valid batch of 2 rows crashed the app ({response.status_code}); "
+                        "check what session.run gets: the model's input is tensor(float), so a float32 array (np.float32) of shape [n, k]"
+                    )
                 if response.status_code != 200:
                     raise Incorrect(
                         f"the {name} model ({len(rows[0])} features): a valid batch of 2 rows got {response.status_code} "

@@ -204,6 +204,7 @@ def _check_config_reader(read) -> str:
     return "the reader merges every opset line of a domain and skips the comments"
 
 
+RUNTIME_STYLE_SUFFIX = ".with_runtime_opt.ort"  # the name convert_onnx_models_to_ort gives a Runtime-style file
 _TABULAR = {"iris": ("load_iris", "X"), "wine": ("load_wine", "features")}  # data set and input name of exercise 4's models
 
 
@@ -256,6 +257,12 @@ def _check_mobile_payload(make_payload) -> str:
             raise Incorrect(
                 f"the {name} payload's input {feed.name!r} has shape {feed.shape}; fix its batch dimension to 1 "
                 f"([1, {rows.shape[1]}]) before converting, with the input name and width read from the model"
+            )
+        if not path.name.endswith(RUNTIME_STYLE_SUFFIX):
+            raise Incorrect(
+                f"the {name} payload {path.name} is not a Runtime-style file: an NNAPI app ships the Runtime style "
+                f"(--optimization_style Runtime, written as *{RUNTIME_STYLE_SUFFIX}), whose ONNX operators NNAPI can claim, "
+                "as section 4's table says (for these small models both styles happen to write the same operators)"
             )
         reference = onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
         for row in rows:
@@ -327,7 +334,7 @@ q4 = Exercise(
     hint=(
         "Read the input's name and width from onnx.load(onnx_path).graph.input[0]; run "
         "`python -m onnxruntime.tools.make_dynamic_shape_fixed --input_name NAME --input_shape 1,WIDTH IN.onnx OUT.onnx`, "
-        "then the recipe's converter on OUT.onnx with --output_dir output_dir; return the .ort path it wrote."
+        "then the converter on OUT.onnx with --output_dir output_dir in the style section 4 gives an NNAPI app; return the .ort path it wrote."
     ),
     solution_code="""
         import subprocess
@@ -344,8 +351,8 @@ q4 = Exercise(
             fix = ["-m", "onnxruntime.tools.make_dynamic_shape_fixed", "--input_name", feed.name, "--input_shape", f"1,{width}"]
             subprocess.run([sys.executable, *fix, str(onnx_path), str(batch1)], check=True, capture_output=True)
             convert = ["-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(batch1), "--output_dir", str(output_dir)]
-            subprocess.run([sys.executable, *convert, "--optimization_style", "Fixed"], check=True, capture_output=True)
-            return batch1.with_suffix(".ort")
+            subprocess.run([sys.executable, *convert, "--optimization_style", "Runtime"], check=True, capture_output=True)
+            return batch1.with_name(batch1.stem + ".with_runtime_opt.ort")
     """,
 )
 

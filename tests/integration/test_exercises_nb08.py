@@ -9,7 +9,7 @@ import pytest
 from labsupport.exercises.nb08 import q4
 
 
-def _q4_app(*, width=None, check_nan=True, check_width=True, per_request=False, key="predictions"):
+def _q4_app(*, width=None, check_nan=True, check_width=True, per_request=False, key="predictions", dtype="float32"):
     """A make_app like the reference one, with one of the mistakes a learner makes switched on."""
     import numpy as np
     import onnxruntime as ort
@@ -24,7 +24,7 @@ def _q4_app(*, width=None, check_nan=True, check_width=True, per_request=False, 
         def predict(body: dict):
             run = ort.InferenceSession(model_path).run if per_request else session.run
             try:
-                batch = np.asarray(body["inputs"], dtype=np.float32)
+                batch = np.asarray(body["inputs"], dtype=dtype)
             except (KeyError, ValueError):
                 raise HTTPException(422, "bad inputs") from None
             if batch.ndim != 2 or len(batch) == 0 or (check_width and batch.shape[1] != features):
@@ -50,6 +50,7 @@ def test_q4_accepts_a_reference_like_app_without_pydantic():
         ({"check_nan": False}, "a NaN was answered 200"),
         ({"per_request": True}, "InferenceSessions were opened for one app"),
         ({"key": "labels"}, '"predictions"'),
+        ({"dtype": "float64"}, "crashed the app \\(500\\).*float32"),
     ],
 )
 def test_q4_rejects_each_mistake_by_name(mistake, reason):

@@ -288,7 +288,7 @@ def test_q3_solution_reads_the_real_config(tmp_path):
     assert {"Gemm", "MaxPool"} <= operators["ai.onnx"]
 
 
-def _payload_maker(*, fix_batch=True, input_name=None, width=None, convert=True):
+def _payload_maker(*, fix_batch=True, input_name=None, width=None, convert=True, style="Runtime"):
     """A make_payload like the reference, with one mistake a learner makes switched on."""
     import subprocess
     import sys
@@ -306,8 +306,8 @@ def _payload_maker(*, fix_batch=True, input_name=None, width=None, convert=True)
         if not convert:
             return source
         command = ["-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(source), "--output_dir", str(output_dir)]
-        subprocess.run([sys.executable, *command, "--optimization_style", "Fixed"], check=True, capture_output=True)
-        return Path(output_dir) / (source.stem + ".ort")
+        subprocess.run([sys.executable, *command, "--optimization_style", style], check=True, capture_output=True)
+        return Path(output_dir) / (source.stem + (".with_runtime_opt.ort" if style == "Runtime" else ".ort"))
 
     return make_payload
 
@@ -319,6 +319,7 @@ def _payload_maker(*, fix_batch=True, input_name=None, width=None, convert=True)
         ({"convert": False}, "not an ORT-format model"),
         ({"input_name": "X"}, "wine"),
         ({"width": 4}, "wine"),
+        ({"style": "Fixed"}, "not a Runtime-style file: an NNAPI app ships the Runtime style"),
     ],
 )
 def test_q4_names_each_mistake(mistake, reason):

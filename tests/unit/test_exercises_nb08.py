@@ -304,3 +304,40 @@ def test_q2_accepts_a_callable_object_and_a_sleep_in_the_worker_thread():
     for right in (Infer(), sleeps_in_the_thread):
         outcome = q2.evaluate(right)
         assert outcome.status == "correct", (right, outcome.message)
+
+
+def test_q2_checks_an_answer_from_a_cell_of_a_jupyter_kernel_whose_event_loop_runs():
+    """ipykernel 7 runs each cell inside its asyncio loop, where asyncio.run() raises: the checker must still judge."""
+    import asyncio
+
+    async def right(session, feeds):
+        return await asyncio.to_thread(session.run, None, feeds)
+
+    async def blocking(session, feeds):
+        return session.run(None, feeds)
+
+    async def from_a_running_loop():
+        return q2.evaluate(right), q2.evaluate(blocking)
+
+    accepted, refused = asyncio.run(from_a_running_loop())
+    assert accepted.status == "correct", accepted.message
+    assert refused.status == "incorrect" and "event loop was blocked" in refused.message
+
+
+def test_q2_rejects_a_busy_wait_on_the_loop_for_its_own_future_without_hanging(monkeypatch):
+    import asyncio
+    import time
+
+    async def polls_its_future(session, feeds):
+        future = asyncio.get_running_loop().run_in_executor(None, session.run, None, feeds)
+        give_up = time.monotonic() + 3  # the test's own bound, so that its thread ends; a learner's loop has none
+        while not future.done() and time.monotonic() < give_up:  # the loop that would complete the future never runs
+            time.sleep(0.001)
+        return future.result()
+
+    monkeypatch.setattr(nb08, "LONGEST_RUN", 0.2)
+    monkeypatch.setattr(nb08, "LONGEST_CHECK", 1.0)
+    sleep = time.sleep
+    outcome = q2.evaluate(polls_its_future)
+    assert outcome.status == "incorrect" and "had not returned" in outcome.message, outcome.message
+    assert time.sleep is sleep
