@@ -259,6 +259,28 @@ def test_a_body_whose_client_left_while_it_waited_for_the_parse_lane_is_never_pa
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_request_resolves_its_dependencies_on_the_event_loop_without_a_thread_hop(mode, monkeypatch):
+    import fastapi.dependencies.utils as fastapi_dependencies
+
+    hops = []
+    real_hop = fastapi_dependencies.run_in_threadpool
+
+    async def counted_hop(function, *args, **kwargs):
+        hops.append(getattr(function, "__name__", repr(function)))
+        return await real_hop(function, *args, **kwargs)
+
+    monkeypatch.setattr(fastapi_dependencies, "run_in_threadpool", counted_hop)  # FastAPI's hop for a plain def dependency
+    app = standin_app(StandInSession(), mode)
+
+    async def scenario():
+        async with client_for(app) as client:
+            return [(await client.post("/predict", json=tokens(3))).status_code, (await client.get("/ready")).status_code]
+
+    statuses = asyncio.run(scenario())
+    assert statuses[0] == 200 and hops == []  # get_service is async: no worker thread per request just to read app.state
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_full_queue_answers_503_with_retry_after_at_once_and_the_queued_requests_finish(mode):
     session = StandInSession()
     app = standin_app(session, mode, batch_queue_limit=2)

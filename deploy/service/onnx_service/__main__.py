@@ -20,7 +20,7 @@ import socket
 import sys
 
 from . import LISTENING, PARENT_PID
-from .app import create_app
+from .app import create_app, freeze_start_up_objects
 from .config import HANDLERS, PROVIDERS, ConfigError, Settings
 from .cpus import cpu_budget
 from .model import LoadedModel, ModelError, load_served_model
@@ -159,6 +159,7 @@ def _serve(settings: Settings, app: object | None, listener: socket.socket) -> i
     )
     if settings.workers == 1:
         server = uvicorn.Server(uvicorn.Config(app, **common))
+        freeze_start_up_objects()
         server.run(sockets=[listener])
         return 0 if server.started else 1
     os.environ.update(settings.to_env())  # the worker processes rebuild the settings from these

@@ -8,6 +8,7 @@ The routes are those of the routers and the OpenAPI docs; /metrics labels reques
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import signal
@@ -188,6 +189,20 @@ def _route_paths(app: FastAPI, routers: list[APIRouter]) -> frozenset[str]:
     return frozenset(route.path for route in [*own, *(route for router in routers for route in router.routes)])
 
 
+def freeze_start_up_objects() -> None:
+    """Take every object alive now (modules, the model, the app) out of the garbage collector's full collections (``gc.freeze``).
+
+    A full collection otherwise traverses all of them (about 64,000 objects, 110-150 ms with the event loop stopped,
+    measured on a loaded 2-core machine), and under load the requests' short-lived objects trigger one every few thousand
+    requests. Called once per serving process after start-up; not by ``create_app``, so that tests building many apps
+    in one process still collect them.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def app_from_env() -> FastAPI:
     """Factory used by each uvicorn worker process (settings come from ONNX_SERVICE_* variables)."""
-    return create_app(Settings.from_env())
+    app = create_app(Settings.from_env())
+    freeze_start_up_objects()
+    return app

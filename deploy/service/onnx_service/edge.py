@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import PurePath
 from typing import Any
 
@@ -39,6 +40,7 @@ DERIVED_BODY_BYTES_CAP = 16_777_216  # 16 MiB: 64 x [3, 224, 224] would derive 4
 RETRY_AFTER_SECONDS = 1
 INLINE_PARSE_BYTES = 4096  # parsed on the event loop: 0.2-0.4 ms even for junk, while a hop to a thread costs about 0.08 ms
 _PARSE_LANE: RunVar[anyio.CapacityLimiter] = RunVar("onnx_service_parse_lane")  # one per event loop
+ParsedBatch = tuple[np.ndarray, bool]  # validation.to_batch's answer: the batch, and whether one example was sent
 ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 422: "invalid_request"}
 
 
@@ -57,7 +59,7 @@ def with_body_limit(settings: Settings, contract: InputContract) -> Settings:
     return dataclasses.replace(settings, max_body_bytes=body_limit(contract))
 
 
-def _parse_and_validate(body: bytes, contract: InputContract) -> tuple[np.ndarray, bool]:
+def _parse_and_validate(body: bytes, contract: InputContract) -> ParsedBatch:
     return validation.to_batch(validation.parse_json(body), contract)
 
 
@@ -70,8 +72,11 @@ def _parse_lane() -> anyio.CapacityLimiter:
         return lane
 
 
-async def parse_request(body: bytes, contract: InputContract) -> tuple[np.ndarray, bool]:
-    """``to_batch(parse_json(body))``; a body over INLINE_PARSE_BYTES in a worker thread, one at a time: the loop waits for one GIL hold, not a whole parse.
+async def parse_request(
+    body: bytes, contract: InputContract, off_loop: Callable[[Coroutine[Any, Any, ParsedBatch]], Awaitable[ParsedBatch]]
+) -> ParsedBatch:
+    """``to_batch(parse_json(body))``: a body up to INLINE_PARSE_BYTES at once on the loop; a larger one in a worker thread, one
+    at a time, awaited through ``off_loop`` (the caller's disconnect watch): the loop waits for one GIL hold, not a whole parse.
 
     One lane: under the GIL more parsing threads add no throughput, and each one competes with the event
     loop's thread for the GIL. Measured on a loaded 2-core machine, 8 junk bodies of 208 KiB stalled the
@@ -79,7 +84,7 @@ async def parse_request(body: bytes, contract: InputContract) -> tuple[np.ndarra
     """
     if len(body) <= INLINE_PARSE_BYTES:
         return _parse_and_validate(body, contract)
-    return await anyio.to_thread.run_sync(_parse_and_validate, body, contract, limiter=_parse_lane())
+    return await off_loop(anyio.to_thread.run_sync(_parse_and_validate, body, contract, limiter=_parse_lane()))
 
 
 def _json_bytes(code: str, detail: str) -> bytes:

@@ -33,21 +33,19 @@ async def predict(request: Request, service: ServiceDep) -> Response:
     try:
         check_content_type(request.headers.get("content-type"))
         body = await read_body(request, service.settings.max_body_bytes)
-        batch, _single = await unless_the_client_leaves(request, parse_request(body, service.contract))
+        async with ClientWatch(request) as client:  # from here on a client that disconnects gets 499 and its work is dropped
+            batch, _single = await parse_request(body, service.contract, client.unless_it_leaves)
+            routing_now = service.routing  # this request finishes on the routing it started with
+            alias, version = routing_now.pick(routing.key_from_header(request.headers.get(routing.KEY_HEADER)))
+            outputs = await client.unless_it_leaves(service.infer(version, batch))
     except RequestError as error:
         return JSONResponse(error.body(), status_code=error.status)
-    except ClientLeft:
-        return client_left()
-    routing_now = service.routing  # this request finishes on the routing it started with
-    alias, version = routing_now.pick(routing.key_from_header(request.headers.get(routing.KEY_HEADER)))
-    try:
-        outputs = await unless_the_client_leaves(request, service.infer(version, batch))
     except ClientLeft:
         return client_left()
     except QueueFull as full:
         headers = {"Retry-After": str(full.retry_after)}
         return JSONResponse({"error": "overloaded", "detail": str(full)}, status_code=503, headers=headers)
-    except (InvalidArgument, Fail, RuntimeException) as error:
+    except (InvalidArgument, Fail, RuntimeException) as error:  # raised by the inference only: version and batch are set
         if not refused_by_the_model(error, version):
             raise  # the model failed on a shape it must take: a server fault (500, logged)
         detail = f"the model refused inputs of shape {list(batch.shape)}: {str(error)[:300]}"
@@ -86,31 +84,48 @@ async def _disconnect(request: Request) -> None:
         pass
 
 
-async def unless_the_client_leaves(request: Request, work: Coroutine[Any, Any, T]) -> T:
-    """``work``'s result, or ClientLeft when the client disconnects first; ``work`` is then cancelled (never started if already gone).
+class ClientWatch:
+    """One listener per request for its client's disconnect, from the end of the body to the answer.
 
     uvicorn does not cancel a request's task when its client goes away (it only marks the connection
-    closed), so the service listens for ``http.disconnect`` itself. A cancelled request still waiting in
-    the batcher's queue, for an inference slot or for the parse lane never runs; one already running
-    finishes in its thread. A client gone before ``work`` starts is seen first (``is_disconnected`` takes
-    a disconnect already received without waiting): an idle batcher would otherwise dispatch the request
-    before the watch below runs.
+    closed), so the service listens for ``http.disconnect`` itself, in one task per request. Entering
+    gives that task one turn of the event loop first: a disconnect already received is taken at once
+    (ClientLeft), so a client gone before its body is parsed or run has neither done. ``unless_it_leaves``
+    then races work (a parse in the parse lane, an inference) with the listener: a request still waiting
+    in the batcher's queue, for an inference slot or for the parse lane never runs; one already running
+    finishes in its thread.
     """
-    if await request.is_disconnected():
-        work.close()  # never started: no "coroutine was never awaited" warning
-        raise ClientLeft
-    task = asyncio.ensure_future(work)
-    task.add_done_callback(lambda done: done.cancelled() or done.exception())  # a dropped task's error is not "never retrieved"
-    gone = asyncio.ensure_future(_disconnect(request))
-    try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not task.done():  # the client left (or this handler was cancelled)
-            task.cancel()
-    if not task.done() or task.cancelled():
-        raise ClientLeft
-    return task.result()
+
+    _gone: asyncio.Task[None]
+
+    def __init__(self, request: Request):
+        self._request = request
+
+    async def __aenter__(self) -> ClientWatch:
+        self._gone = asyncio.ensure_future(_disconnect(self._request))
+        await asyncio.sleep(0)  # the listener's first receive(): a disconnect already received returns without waiting
+        if self._gone.done():
+            raise ClientLeft
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._gone.cancel()
+
+    async def unless_it_leaves(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work``'s result, or ClientLeft when the client disconnects first; ``work`` is then cancelled (never started if already gone)."""
+        if self._gone.done():
+            work.close()  # never started: no "coroutine was never awaited" warning
+            raise ClientLeft
+        task = asyncio.ensure_future(work)
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())  # a dropped task's error is not "never retrieved"
+        try:
+            await asyncio.wait({task, self._gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():  # the client left (or this handler was cancelled)
+                task.cancel()
+        if not task.done() or task.cancelled():
+            raise ClientLeft
+        return task.result()
 
 
 def refused_by_the_model(error: Exception, version: routing.Version) -> bool:

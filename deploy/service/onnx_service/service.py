@@ -248,8 +248,8 @@ class Service:
             self.inference_slots.release_on_behalf_of(borrower)
 
 
-def get_service(request: Request) -> Service:
-    """FastAPI dependency: the application's Service."""
+async def get_service(request: Request) -> Service:
+    """FastAPI dependency: the application's Service (``async``: FastAPI runs a plain ``def`` dependency in a worker thread)."""
     return request.app.state.service
 
 
