@@ -125,14 +125,33 @@ def jupyterlab(tmp_path) -> Iterator[Callable[..., LabServer]]:
         server.wait(timeout=30)
 
 
-@pytest.fixture
-def in_process() -> Iterator[Callable[[Any], Any]]:
-    """``in_process(app)``: FastAPI's TestClient on ``app``, its lifespan started, closed after the test.
+class InProcessClients(contextlib.ExitStack):
+    """``clients(app)``: FastAPI's TestClient on ``app``, its lifespan started; ``clients.close()`` stops them all.
 
     The one client of in-process service tests (no socket): an exception inside the app is answered as the bare 500
-    a real client gets (``raise_server_exceptions=False``), not raised into the test.
+    a real client gets (``raise_server_exceptions=False``), not raised into the test. ``lifespan=False`` gives a client
+    of an app that was never started (no warm-up ran). A test calls ``close()`` to assert on what shutdown logs.
     """
-    from fastapi.testclient import TestClient
 
-    with contextlib.ExitStack() as clients:
-        yield lambda app: clients.enter_context(TestClient(app, raise_server_exceptions=False))
+    def __call__(self, app: Any, *, lifespan: bool = True) -> Any:
+        from fastapi.testclient import TestClient
+
+        client = TestClient(app, raise_server_exceptions=False)
+        if lifespan:
+            return self.enter_context(client)
+        self.callback(client.close)
+        return client
+
+
+@pytest.fixture
+def in_process() -> Iterator[InProcessClients]:
+    """``in_process(app)``: an ``InProcessClients`` for one test, closed after it."""
+    with InProcessClients() as clients:
+        yield clients
+
+
+@pytest.fixture(scope="module")
+def in_process_shared() -> Iterator[InProcessClients]:
+    """``in_process_shared(app)``: the same clients, shared by a module's tests and closed after its last one."""
+    with InProcessClients() as clients:
+        yield clients

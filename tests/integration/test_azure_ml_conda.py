@@ -59,7 +59,7 @@ def test_score_py_checks_the_registry_sha256_in_the_conda_venv(conda_python, cod
 def test_a_service_module_that_needs_a_package_conda_yml_lacks_fails_in_the_venv(conda_python, code):
     validation = code / "onnx_service" / "validation.py"
     text = validation.read_text(encoding="utf-8")
-    # the module-level import the review of issue 34 found: starlette is a FastAPI package, not in conda.yml
+    # a module-level import of starlette: it comes with FastAPI, which conda.yml does not list
     validation.write_text(text.replace("import numpy as np\n", "import numpy as np\nfrom starlette.requests import ClientDisconnect\n", 1))
     try:
         with pytest.raises(azure_ml.AzureMLValidationError, match="No module named 'starlette'"):

@@ -148,7 +148,7 @@ def _probabilities_function(body):
 @pytest.mark.parametrize(
     "body",
     [
-        lambda model, image: tf.nn.softmax(1.01 * model(image, training=False)),  # review 4: passed at batch 1
+        lambda model, image: tf.nn.softmax(1.01 * model(image, training=False)),  # logits scaled by 1.01: nearly right
         lambda model, image: tf.nn.log_softmax(model(image, training=False)),
         lambda model, image: tf.nn.softmax(model(image, training=True)),  # batch statistics and dropout
         lambda model, image: tf.sigmoid(model(image, training=False)),
@@ -161,7 +161,8 @@ def test_q2_rejects_near_probabilities(body):
 
 
 def test_q2_blames_training_mode_for_the_random_op():
-    # review 4: ORT's raw INVALID_GRAPH error about StatelessRandomUniformV2 reached the learner
+    # training=True leaves dropout's StatelessRandomUniformV2 in the graph: the learner reads about training mode,
+    # not ORT's raw INVALID_GRAPH error
     outcome = q2.evaluate(_probabilities_function(lambda model, image: tf.nn.softmax(model(image, training=True))))
     assert outcome.status == INCORRECT and "training mode" in outcome.message, outcome.message
     assert "INVALID_GRAPH" not in outcome.message
@@ -177,7 +178,7 @@ def _trained_one_epoch(model):
 
 
 def test_training_the_learners_copy_does_not_change_the_reference():
-    # review 4: exercise_model() handed out the checker's own model, so a model trained for an epoch passed
+    # exercise_model() hands out a copy: a learner who trains it for an epoch leaves the checker's reference unchanged
     trained = _trained_one_epoch(exercise_model())
     outcome = q1.evaluate(_convert(trained))
     assert outcome.status == INCORRECT and "differ from TensorFlow" in outcome.message, outcome.message
@@ -188,7 +189,7 @@ def test_training_the_learners_copy_does_not_change_the_reference():
 
 
 def test_q1_accepts_keras_own_export_of_the_exercise_model(tmp_path):
-    # review 4: the route section 7 recommends crashed with "The model provided has never called."
+    # the route section 7 recommends: Keras refuses to export a model that has never been called
     path = tmp_path / "exported.onnx"
     exercise_model().export(str(path), format="onnx", verbose=False)
     assert q1.evaluate(str(path)).status == CORRECT

@@ -88,7 +88,7 @@ def test_q2_reference_uses_the_names_the_notebook_gives():
 def _fixed_batch_of_the_test_split():
     from skl2onnx.common.data_types import FloatTensorType
 
-    rows = len(load_digits().test.flat)  # 540: exactly what the checker used to run
+    rows = len(load_digits().test.flat)  # 540: the whole test split in one batch
     return to_onnx(exercise_pipeline(), initial_types=[("X", FloatTensorType([rows, 64]))], options={"zipmap": False}, target_opset=OPSET)
 
 
@@ -107,7 +107,7 @@ def _refit_on_fewer_rows():
 @pytest.mark.parametrize(
     ("wrong", "reason"),
     [
-        (_fixed_batch_of_the_test_split, "fixed batch dimension of 540"),  # review 4: accepted a fixed batch of 540
+        (_fixed_batch_of_the_test_split, "fixed batch dimension of 540"),  # runs the whole test split, but no other batch size
         (_refit_on_fewer_rows, "labels agree"),
         (lambda: to_onnx(exercise_pipeline()[-1], load_digits().train.flat[:1], options={"zipmap": False}), "labels agree"),
     ],
@@ -118,7 +118,7 @@ def test_q1_more_wrong_answers_fail(wrong, reason):
     assert outcome.status == INCORRECT and reason in outcome.message, outcome.message
 
 
-# review 4: exercise_pipeline() and exercise_table() handed out the checker's own objects, so changing them changed the reference
+# exercise_pipeline() and exercise_table() hand out copies: a learner who refits or changes them leaves the reference unchanged
 
 
 def _converted_digits(pipeline):
@@ -161,7 +161,7 @@ def test_q2_changing_the_learners_table_leaves_the_checkers_alone():
     frame["churned"] = churned
     fresh, _, _ = exercise_table()
     assert fresh.equals(make_mixed_table(nb04.TABLE_ROWS)[0])
-    assert q2.evaluate(q2.reference_answer()).status == CORRECT  # used to ask for a "churned" input
+    assert q2.evaluate(q2.reference_answer()).status == CORRECT  # the copy's "churned" column is no input of the reference
 
 
 def test_q2_names_a_label_column_given_as_an_input():

@@ -90,7 +90,7 @@ def test_q1_the_right_class_passes_and_instances_do_not():
         (reader_class(rejects=lambda count, size: False), "must raise ValueError"),  # lets a ragged last batch through
         (reader_class(rejects=lambda count, size: size != 20), "but 60 divides"),  # only the batch size of the notebook
         (reader_class(rejects=lambda count, size: 180 % size != 0), "but 27 divides"),  # the calibration split's size, hard-coded
-        (reader_class(rejects=lambda count, size: 540 % size != 0), "divides its"),  # the test split's size, hard-coded (review 3)
+        (reader_class(rejects=lambda count, size: 540 % size != 0), "divides its"),  # the test split's size, hard-coded
         (reader_class(rejects=lambda count, size: len(load_digits().test.flat) % size != 0), "divides its"),  # a global split
         (reader_class(rejects=lambda count, size: size not in (20, 27, 60)), "divides its"),  # a whitelist of the checker's sizes
         (reader_class(layout=lambda split: split.flat[np.random.default_rng(0).integers(0, len(split), len(split))]), "no row repeated"),
@@ -117,7 +117,7 @@ def _batches(split, batch_size):
 
 
 class SharedList(CalibrationDataReader):
-    """Batches on a class-level list every instance shares (review 4): a second reader adds its split to the first's."""
+    """Batches on a class-level list every instance shares: a second reader adds its split to the first's."""
 
     batches: ClassVar[list] = []  # the mistake under test
 
@@ -243,14 +243,14 @@ def test_q2_accepts_unsigned_7_bit_per_channel_weights():
         (lambda: quantizer(nodes=[]), "every layer is quantized"),
         (lambda: quantizer(method=CalibrationMethod.MinMax), "Percentile calibration"),  # fixes calibration instead
         (lambda: quantizer(reduce_range=False), "reduce_range=True"),
-        (lambda: quantizer(quant_format=QuantFormat.QOperator, reduce_range=False), "QOperator"),  # accepted before (review 2)
+        (lambda: quantizer(quant_format=QuantFormat.QOperator, reduce_range=False), "QOperator"),  # two mistakes: the format is named
         (lambda: quantizer(quant_format=QuantFormat.QOperator), "QOperator"),  # right node and 7 bits, wrong format
         (lambda: quantizer(split=load_digits().test), "never the test split"),  # calibrated on the test images
         (lambda: quantizer(per_channel=False), "per_channel=True"),  # one scale per weight tensor
-        (lambda: quantizer(weight_type=QuantType.QUInt8, per_channel=False, reduce_range=False), "per_channel=True"),  # U8U8 (review 3)
+        (lambda: quantizer(weight_type=QuantType.QUInt8, per_channel=False, reduce_range=False), "per_channel=True"),  # U8U8, per tensor
         (lambda: quantizer(weight_type=QuantType.QUInt8, reduce_range=False), "reduce_range=True"),  # U8U8, 8-bit weights
         (lambda: quantizer(nodes=["node_matmul"], source=str(ensure_digits_mlp())), "at src"),  # the raw export, not src
-        (lambda: lambda src, dst: quantize_dynamic(src, dst), "that is quantize_dynamic"),  # was blamed on the QOperator format
+        (lambda: lambda src, dst: quantize_dynamic(src, dst), "that is quantize_dynamic"),  # its MatMulInteger is a QOperator op too
         (lambda: shutil.copy, "no QuantizeLinear"),  # no quantization at all
         (lambda: lambda src, dst: None, "wrote nothing"),
         (lambda: "node_matmul/MatMulAddFusion", "your function"),  # a node name instead of a function
@@ -285,7 +285,7 @@ def quantizer_with_types(activation_type=QuantType.QInt8, weight_type=QuantType.
 @pytest.mark.parametrize(
     ("wrong", "reason"),
     [
-        (quantizer_with_types(activation_type=QuantType.QInt16), "activations are quantized to INT16"),  # review 4: not "ranges"
+        (quantizer_with_types(activation_type=QuantType.QInt16), "activations are quantized to INT16"),  # the type, not its ranges
         (quantizer_with_types(activation_type=QuantType.QUInt16), "activations are quantized to UINT16"),
         (quantizer_with_types(weight_type=QuantType.QInt16), "stored as INT16"),
         (quantizer_with_types(weight_type=QuantType.QInt4), "stored as INT4"),
@@ -298,7 +298,7 @@ def test_q2_names_element_types_that_are_not_eight_bits(wrong, reason):
 
 
 def test_q2_says_that_names_absent_from_the_graph_are_ignored_and_names_the_gemms():
-    outcome = q2.evaluate(quantizer(nodes=["node_matmul"]))  # the exported MLP's name: quantize_static ignores it (review 4)
+    outcome = q2.evaluate(quantizer(nodes=["node_matmul"]))  # the exported MLP's name: quantize_static ignores it
     assert outcome.status == INCORRECT
     assert "silently ignores" in outcome.message and all(name in outcome.message for name in gemm_names()), outcome.message
 
@@ -327,7 +327,7 @@ def test_q2_accepts_quantizing_only_the_other_gemms():
 def test_q3_rejects_common_mistakes():
     assert "16-bit scale" in q3.evaluate(6.5).message  # 4 bits only
     fp32_scale = q3.evaluate(8.125).message  # FP32 scales, as the course's own INT4 file of an FP32 model, or FP16 scale + zero point
-    assert "32-bit (FP32) scale" in fp32_scale and "FP16 zero point" in fp32_scale  # review 4: both computations give 8.125
+    assert "32-bit (FP32) scale" in fp32_scale and "FP16 zero point" in fp32_scale  # both computations give 8.125
     assert "GiB" in q3.evaluate(13e9 * 4.5 / 8 / 2**30).message
     assert "looks like bytes" in q3.evaluate(7.3125e9).message
     assert q3.evaluate(26.0).status == INCORRECT  # FP16
@@ -338,7 +338,7 @@ def test_q3_rejects_common_mistakes():
 @pytest.mark.parametrize(
     ("bits", "says"),
     [
-        (4 + 16 / 32 + 4 / 32, "4-bit zero point"),  # review 4: was the generic message
+        (4 + 16 / 32 + 4 / 32, "4-bit zero point"),  # an FP16 scale and a 4-bit zero point per block
         (4 + 16 / 32 + 8 / 32, "8-bit zero point"),
         (4 + 2 / 32, "2 bytes, 16 bits"),  # the scale's bytes counted as bits
         (4 + 16 / 64, "a block holds 32"),

@@ -242,7 +242,7 @@ def test_a_rollback_is_gated_on_the_target_alone(tmp_path, split, reference):
 
 
 def test_a_rollback_never_promotes_a_version_that_did_not_serve(tmp_path, split, reference):
-    """The review's back door: a version promote refused became champion through rollback, and the good one was locked out."""
+    """A version promote refused cannot become champion through rollback, nor lock the good champion out."""
     import types
 
     registry = lifecycle.open_registry(tmp_path / "store", fresh=True)
@@ -271,7 +271,7 @@ def _state(registry):
 
 
 def test_a_rollback_reads_version_numbers_as_numbers(tmp_path, split, reference):
-    """The review's probes: "02" for champion 2 passed, tagged it rolled_back and deleted previous; so did "2"; an int crashed."""
+    """The champion's own number ("02", "2" or 2) changes nothing; what is not an integer of 1 or more is refused."""
     registry = lifecycle.open_registry(tmp_path / "store", fresh=True)
     cnn = ensure_digits_cnn()
     first = lifecycle.log_version(registry, cnn, reference, split, "digits CNN")

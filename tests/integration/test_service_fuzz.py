@@ -1,6 +1,6 @@
 """No input gets a 5xx: generated request bodies and headers, then a corpus of hostile inputs, against /predict and /admin/routing.
 
-The service runs in-process (FastAPI's TestClient, lifespan included). Every answer must be a 2xx or a
+The service runs in-process (the ``in_process_shared`` client of tests/conftest.py, lifespan included). Every answer must be a 2xx or a
 4xx whose JSON ``detail`` is readable text of bounded length: what the client sent is echoed only as a
 short excerpt. Hypothesis runs a fixed number of examples from a fixed seed (``derandomize``): the same
 inputs on every machine, a bounded run time in ``make test``.
@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -28,7 +27,7 @@ MAX_DETAIL = 600  # characters: the longest message the service writes, with its
 EXAMPLES = 300
 
 
-def _ready(http: TestClient):
+def _ready(http):
     """/ready once the warm-up task has finished (it runs beside the first requests: the lifespan does not wait for it)."""
     for _ in range(1000):
         response = http.get("/ready")
@@ -39,11 +38,10 @@ def _ready(http: TestClient):
 
 
 @pytest.fixture(scope="module")
-def client():
-    app = create_app(Settings(model=str(ensure_digits_cnn()), max_body_bytes=65_536, admin_token="secret"))
-    with TestClient(app, raise_server_exceptions=False) as http:
-        assert _ready(http).status_code == 200  # warmed up: the lifespan's warm-up task finished
-        yield http
+def client(in_process_shared):
+    http = in_process_shared(create_app(Settings(model=str(ensure_digits_cnn()), max_body_bytes=65_536, admin_token="secret")))
+    assert _ready(http).status_code == 200  # warmed up: the lifespan's warm-up task finished
+    return http
 
 
 def reshape_classifier(path: Path) -> Path:
@@ -61,14 +59,14 @@ def reshape_classifier(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def free_sizes_client(tmp_path_factory):
+def free_sizes_client(tmp_path_factory, in_process_shared):
     model = reshape_classifier(tmp_path_factory.mktemp("free") / "free_sizes.onnx")
-    with TestClient(create_app(Settings(model=str(model), max_body_bytes=65_536)), raise_server_exceptions=False) as http:
-        deadline = time.monotonic() + 10
-        while "warming up" in http.get("/ready").json().get("reason", "") and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert _ready(http).status_code == 200  # warm-up's 1x1 guess fails; the service serves anyway
-        yield http
+    http = in_process_shared(create_app(Settings(model=str(model), max_body_bytes=65_536)))
+    deadline = time.monotonic() + 10
+    while "warming up" in http.get("/ready").json().get("reason", "") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _ready(http).status_code == 200  # warm-up's 1x1 guess fails; the service serves anyway
+    return http
 
 
 def latin1(headers: dict[str, str]) -> dict[str, bytes]:

@@ -43,18 +43,15 @@ def test_slots_across_workers_never_exceed_the_usable_cpus():
     assert slots_per_worker(2, 1, 1) == 2 and slots_per_worker(2, 1, 2) == 1 and slots_per_worker(16, 2, 4) == 2
 
 
-def test_ready_shows_the_slots_of_every_worker():
-    from fastapi.testclient import TestClient
-
+def test_ready_shows_the_slots_of_every_worker(in_process):
     for workers in (1, 2):
-        with TestClient(create_app(Settings(model=str(ensure_digits_cnn()), workers=workers))) as client:
-            ready = client.get("/ready").json()
+        ready = in_process(create_app(Settings(model=str(ensure_digits_cnn()), workers=workers))).get("/ready").json()
         usable = ready["cpus"]["usable"]
         assert ready["workers"] == workers and ready["inference_slots"] == slots_per_worker(usable, 1, workers)
         assert ready["inference_slots_total"] == ready["inference_slots"] * workers <= max(usable, workers)
 
 
-def test_a_failed_warm_up_says_why_in_ready_and_in_the_log(caplog):
+def test_a_failed_warm_up_says_why_in_ready_and_in_the_log(caplog, in_process):
     app = create_app(Settings(model=str(ensure_digits_cnn())))
 
     def broken(batch):
@@ -62,23 +59,19 @@ def test_a_failed_warm_up_says_why_in_ready_and_in_the_log(caplog):
 
     for version in app.state.service.routing.versions.values():
         version.model.run = broken
-    from fastapi.testclient import TestClient
-
-    with TestClient(app) as client:
-        deadline = time.monotonic() + 10
-        while "warming up" in client.get("/ready").json().get("reason", "") and time.monotonic() < deadline:
-            time.sleep(0.02)
-        response = client.get("/ready")
+    client = in_process(app)
+    deadline = time.monotonic() + 10
+    while "warming up" in client.get("/ready").json().get("reason", "") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    response = client.get("/ready")
     assert response.status_code == 503 and "warm-up failed: RuntimeError" in response.json()["reason"], response.json()
     assert "the model cannot run" in response.json()["reason"]
     assert any("warm-up of version" in record.getMessage() for record in caplog.records)
 
 
-def test_ready_is_503_before_warm_up():
-    app = create_app(Settings(model=str(ensure_digits_cnn())))  # no lifespan: no warm-up ran
-    from fastapi.testclient import TestClient
-
-    response = TestClient(app).get("/ready")
+def test_ready_is_503_before_warm_up(in_process):
+    app = create_app(Settings(model=str(ensure_digits_cnn())))
+    response = in_process(app, lifespan=False).get("/ready")  # no lifespan: no warm-up ran
     assert response.status_code == 503 and response.json()["ready"] is False
     assert "warming up" in response.json()["reason"]
 
@@ -182,11 +175,10 @@ def test_batching_is_refused_at_start_for_a_fixed_batch_or_a_free_image_size(tmp
             create_app(Settings(model=str(model), batching=True))
 
 
-def test_a_model_with_free_image_sizes_answers_422_for_a_size_it_refuses_and_still_becomes_ready(tmp_path, caplog):
-    from fastapi.testclient import TestClient
-
+def test_a_model_with_free_image_sizes_answers_422_for_a_size_it_refuses_and_still_becomes_ready(tmp_path, caplog, in_process):
     model = _mean_classifier(tmp_path / "free_side.onnx", "n", "side")  # a 3x3 Conv needs images of at least 3x3
-    with caplog.at_level("WARNING", logger="onnx_service"), TestClient(create_app(Settings(model=str(model)))) as client:
+    with caplog.at_level("WARNING", logger="onnx_service"):
+        client = in_process(create_app(Settings(model=str(model))))
         refused = client.post("/predict", json={"inputs": [[[0.0]]]})
         answered = client.post("/predict", json={"inputs": [[[0.0] * 8] * 8]})
         deadline = time.monotonic() + 10

@@ -15,7 +15,6 @@ import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
-from fastapi.testclient import TestClient
 
 from labsupport.course.data import load_digits
 from labsupport.models.contract import IR_VERSION, OPSET
@@ -83,41 +82,41 @@ def test_buckets_are_stable_and_spread():
     assert 0.08 < share < 0.12  # 10% of keys to the challenger
 
 
-def test_a_non_ascii_key_is_bucketed_as_the_client_hashes_its_utf8_bytes(tmp_path, versions, images):
+def test_a_non_ascii_key_is_bucketed_as_the_client_hashes_its_utf8_bytes(tmp_path, versions, images, in_process):
     key = "café"
     misread = key.encode("utf-8").decode("latin-1")  # what a server hands over when it decodes the header as latin-1
     percent = max(routing.bucket(key), routing.bucket(misread))  # exactly one of the two buckets lies below it
     expected = "challenger" if routing.bucket(key) < percent else "champion"
     routing_file = tmp_path / "routing.json"
     routing_file.write_text(json.dumps(_document(versions, percent=percent)))
-    with TestClient(create_app(Settings(model=versions["1"], routing=str(routing_file)))) as client:
-        response = client.post("/predict", json=serving.payload(images[:1]), headers={"x-request-key": key.encode("utf-8")})
+    client = in_process(create_app(Settings(model=versions["1"], routing=str(routing_file))))
+    response = client.post("/predict", json=serving.payload(images[:1]), headers={"x-request-key": key.encode("utf-8")})
     assert response.json()["alias"] == expected  # as the client computes bucket("café"), not bucket of the misread text
     assert routing.key_from_header(misread) == key and routing.key_from_header(None) is None
 
 
-def test_split_by_request_key_and_shadow_counts(tmp_path, versions, images):
+def test_split_by_request_key_and_shadow_counts(tmp_path, versions, images, in_process):
     routing_file = tmp_path / "routing.json"
     routing_file.write_text(json.dumps(_document(versions, percent=30, shadow="2")))
     sessions = {name: ort.InferenceSession(path, providers=["CPUExecutionProvider"]) for name, path in versions.items()}
-    with TestClient(create_app(Settings(model=versions["1"], routing=str(routing_file)))) as client:
-        served, champion_examples = {}, 0
-        for i in range(60):
-            key = f"user-{i}"
-            response = client.post("/predict", json=serving.payload(images[i : i + 2]), headers={"x-request-key": key})
-            body = response.json()
-            want = "2" if routing.bucket(key) < 30 else "1"
-            assert (body["version"], body["alias"]) == (want, "challenger" if want == "2" else "champion")
-            assert response.headers["x-model-version"] == want
-            assert body["predictions"] == _predict(sessions[want], images[i : i + 2])
-            served[key] = want
-            champion_examples += 2 if want == "1" else 0
-        again = client.post("/predict", json=serving.payload(images[:1]), headers={"x-request-key": "user-7"}).json()
-        assert again["version"] == served["user-7"]  # the same key, the same version
-        assert client.post("/predict", json=serving.payload(images[:1])).json()["version"] == "1"  # no key: champion
-        champion_examples += 1 + (again["version"] == "1")
-        counted = _wait_for_shadow(client, champion_examples)
-        samples = loadgen.parse_metrics(client.get("/metrics").text)
+    client = in_process(create_app(Settings(model=versions["1"], routing=str(routing_file))))
+    served, champion_examples = {}, 0
+    for i in range(60):
+        key = f"user-{i}"
+        response = client.post("/predict", json=serving.payload(images[i : i + 2]), headers={"x-request-key": key})
+        body = response.json()
+        want = "2" if routing.bucket(key) < 30 else "1"
+        assert (body["version"], body["alias"]) == (want, "challenger" if want == "2" else "champion")
+        assert response.headers["x-model-version"] == want
+        assert body["predictions"] == _predict(sessions[want], images[i : i + 2])
+        served[key] = want
+        champion_examples += 2 if want == "1" else 0
+    again = client.post("/predict", json=serving.payload(images[:1]), headers={"x-request-key": "user-7"}).json()
+    assert again["version"] == served["user-7"]  # the same key, the same version
+    assert client.post("/predict", json=serving.payload(images[:1])).json()["version"] == "1"  # no key: champion
+    champion_examples += 1 + (again["version"] == "1")
+    counted = _wait_for_shadow(client, champion_examples)
+    samples = loadgen.parse_metrics(client.get("/metrics").text)
     champion_requests = sum(v == "1" for v in served.values()) + 1 + (served["user-7"] == "1")
     assert counted["failed"] == 0
     assert counted["agree"] + counted["disagree"] + counted["skipped"] == champion_examples  # every example the champion served
@@ -125,29 +124,29 @@ def test_split_by_request_key_and_shadow_counts(tmp_path, versions, images):
     assert samples[("onnx_service_version_requests_total", (("alias", "champion"), ("version", "1")))] == champion_requests
 
 
-def test_the_shadow_runs_only_on_requests_the_champion_answers(tmp_path, versions, images):
+def test_the_shadow_runs_only_on_requests_the_champion_answers(tmp_path, versions, images, in_process):
     third = str(write_heavy_classifier(tmp_path / "third.onnx", hidden=32, layers=1))
     document = _document({**versions, "3": third}, percent=100, shadow="3")  # every keyed request goes to the challenger
     (tmp_path / "routing.json").write_text(json.dumps(document))
-    with TestClient(create_app(Settings(model=versions["1"], routing=str(tmp_path / "routing.json")))) as client:
-        for i in range(10):
-            assert client.post("/predict", json=serving.payload(images[:2]), headers={"x-request-key": f"k{i}"}).json()["version"] == "2"
-        assert client.post("/predict", json=serving.payload(images[:3])).json()["alias"] == "champion"  # no key: the champion
-        deadline = time.monotonic() + 30
-        counted: dict[str, float] = {}
-        while sum(counted.values()) < 3 and time.monotonic() < deadline:
-            samples = loadgen.parse_metrics(client.get("/metrics").text)
-            counted = {
-                dict(labels)["outcome"]: value for (name, labels), value in samples.items() if name == "onnx_service_shadow_examples_total"
-            }
-            time.sleep(0.01)
-        time.sleep(0.2)
+    client = in_process(create_app(Settings(model=versions["1"], routing=str(tmp_path / "routing.json"))))
+    for i in range(10):
+        assert client.post("/predict", json=serving.payload(images[:2]), headers={"x-request-key": f"k{i}"}).json()["version"] == "2"
+    assert client.post("/predict", json=serving.payload(images[:3])).json()["alias"] == "champion"  # no key: the champion
+    deadline = time.monotonic() + 30
+    counted: dict[str, float] = {}
+    while sum(counted.values()) < 3 and time.monotonic() < deadline:
         samples = loadgen.parse_metrics(client.get("/metrics").text)
+        counted = {
+            dict(labels)["outcome"]: value for (name, labels), value in samples.items() if name == "onnx_service_shadow_examples_total"
+        }
+        time.sleep(0.01)
+    time.sleep(0.2)
+    samples = loadgen.parse_metrics(client.get("/metrics").text)
     counted = {dict(labels)["outcome"]: value for (name, labels), value in samples.items() if name == "onnx_service_shadow_examples_total"}
     assert sum(counted.values()) == 3, counted  # the champion's 3 examples; none of the challenger's 20
 
 
-def test_a_routing_switch_in_batching_mode_closes_the_replaced_batchers(tmp_path, versions, images, caplog):
+def test_a_routing_switch_in_batching_mode_closes_the_replaced_batchers(tmp_path, versions, images, caplog, in_process):
     import gc
 
     copies = []
@@ -155,7 +154,8 @@ def test_a_routing_switch_in_batching_mode_closes_the_replaced_batchers(tmp_path
         copies.append(tmp_path / f"copy{i}.onnx")
         copies[-1].write_bytes(Path(versions["1"]).read_bytes())
     app = create_app(Settings(model=versions["1"], admin_token=TOKEN, batching=True))
-    with caplog.at_level("ERROR"), TestClient(app) as client:
+    with caplog.at_level("ERROR"):
+        client = in_process(app)
         for copy in copies:
             switched = client.put("/admin/routing", json={"versions": {"v": str(copy)}, "aliases": {"champion": "v"}}, headers=AUTH)
             assert switched.status_code == 200, switched.text
@@ -166,49 +166,50 @@ def test_a_routing_switch_in_batching_mode_closes_the_replaced_batchers(tmp_path
             time.sleep(0.01)
         gc.collect()  # a Batcher whose collector still ran would be destroyed here, with asyncio's ERROR
         assert client.post("/predict", json=serving.payload(images[:2])).status_code == 200
+        in_process.close()  # the lifespan's shutdown logs no ERROR either
     errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
     assert not errors, errors
 
 
-def test_admin_api_needs_a_token_and_refuses_bad_documents(versions):
+def test_admin_api_needs_a_token_and_refuses_bad_documents(versions, in_process):
     sklearn_model = str(ensure_digits_sklearn())
-    with TestClient(create_app(Settings(model=versions["1"]))) as closed:
-        assert closed.put("/admin/routing", json=_document(versions)).status_code == 403
-    with TestClient(create_app(Settings(model=versions["1"], admin_token=TOKEN))) as client:
-        assert client.get("/admin/routing").status_code == 401
-        assert client.put("/admin/routing", json=_document(versions), headers={"authorization": "Bearer wrong"}).status_code == 401
-        cases = [
-            ({"versions": versions}, "name the champion"),
-            (_document(versions, champion="9"), "point at listed versions"),
-            (_document(versions, percent=101), "0-100"),
-            (_document(versions, shadow="7"), '"shadow" must be one of'),
-            (
-                _document({**versions, "3": sklearn_model}, champion="3"),
-                "version 3 takes \\[n, 64\\] float32 with at most 64 example\\(s\\); the service takes \\[n, 1, 8, 8\\] float32",
-            ),
-            (_document({**versions, "2": "missing.onnx"}), "model file not found"),
-            (_document({**versions, "2": "/x/" + "y" * 1020}), r"model file not found: \.\.\.'y{60}' \(1023 characters\)"),
-            (
-                _document({**versions, "2": "/" + "z" * 1000}),
-                r"cannot read the model file \.\.\.'z{60}' \(1001 characters\): OSError: [^/]{1,60}$",  # the reason, not the path again
-            ),
-            ({**_document(versions, percent=10), "challenger_precent": 50}, "unknown field.*challenger_precent"),
-            (_document({**versions, "2": {"path": versions["2"], "sha256": "ABC"}}), "version 2: sha256 must be 64 lower-case hex"),
-            (
-                _document({**versions, "2": {"path": versions["2"], "sha": "0" * 64}}),
-                "version 2: expected a path or .*fields 'path', 'sha'",
-            ),
-            (_document({**versions, "2": {"sha256": "0" * 64}}), "version 2: expected a path or .*fields 'sha256'"),
-            (
-                _document({**versions, "2": {"path": versions["2"], "sha256": "0" * 64}}),
-                "version 2: other.onnx has sha256 [0-9a-f]{64}, the document expects 0{64}",
-            ),
-        ]
-        for document, message in cases:
-            response = client.put("/admin/routing", json=document, headers=AUTH)
-            assert response.status_code == 422, document
-            assert re.search(message, response.json()["detail"]), response.json()["detail"]
-        assert client.get("/admin/routing", headers=AUTH).json()["aliases"] == {"champion": Path(versions["1"]).stem}
+    closed = in_process(create_app(Settings(model=versions["1"])))
+    assert closed.put("/admin/routing", json=_document(versions)).status_code == 403
+    client = in_process(create_app(Settings(model=versions["1"], admin_token=TOKEN)))
+    assert client.get("/admin/routing").status_code == 401
+    assert client.put("/admin/routing", json=_document(versions), headers={"authorization": "Bearer wrong"}).status_code == 401
+    cases = [
+        ({"versions": versions}, "name the champion"),
+        (_document(versions, champion="9"), "point at listed versions"),
+        (_document(versions, percent=101), "0-100"),
+        (_document(versions, shadow="7"), '"shadow" must be one of'),
+        (
+            _document({**versions, "3": sklearn_model}, champion="3"),
+            "version 3 takes \\[n, 64\\] float32 with at most 64 example\\(s\\); the service takes \\[n, 1, 8, 8\\] float32",
+        ),
+        (_document({**versions, "2": "missing.onnx"}), "model file not found"),
+        (_document({**versions, "2": "/x/" + "y" * 1020}), r"model file not found: \.\.\.'y{60}' \(1023 characters\)"),
+        (
+            _document({**versions, "2": "/" + "z" * 1000}),
+            r"cannot read the model file \.\.\.'z{60}' \(1001 characters\): OSError: [^/]{1,60}$",  # the reason, not the path again
+        ),
+        ({**_document(versions, percent=10), "challenger_precent": 50}, "unknown field.*challenger_precent"),
+        (_document({**versions, "2": {"path": versions["2"], "sha256": "ABC"}}), "version 2: sha256 must be 64 lower-case hex"),
+        (
+            _document({**versions, "2": {"path": versions["2"], "sha": "0" * 64}}),
+            "version 2: expected a path or .*fields 'path', 'sha'",
+        ),
+        (_document({**versions, "2": {"sha256": "0" * 64}}), "version 2: expected a path or .*fields 'sha256'"),
+        (
+            _document({**versions, "2": {"path": versions["2"], "sha256": "0" * 64}}),
+            "version 2: other.onnx has sha256 [0-9a-f]{64}, the document expects 0{64}",
+        ),
+    ]
+    for document, message in cases:
+        response = client.put("/admin/routing", json=document, headers=AUTH)
+        assert response.status_code == 422, document
+        assert re.search(message, response.json()["detail"]), response.json()["detail"]
+    assert client.get("/admin/routing", headers=AUTH).json()["aliases"] == {"champion": Path(versions["1"]).stem}
 
 
 def _fixed_batch_copy(source: str, path: Path, batch: int) -> str:
@@ -222,11 +223,11 @@ def _fixed_batch_copy(source: str, path: Path, batch: int) -> str:
 
 
 @pytest.mark.parametrize("batching", [False, True])
-def test_a_version_that_cannot_take_the_services_largest_batch_is_refused(tmp_path, versions, images, batching):
+def test_a_version_that_cannot_take_the_services_largest_batch_is_refused(tmp_path, versions, images, batching, in_process):
     fixed = _fixed_batch_copy(versions["1"], tmp_path / "fixed1.onnx", 1)
-    with TestClient(create_app(Settings(model=versions["1"], admin_token=TOKEN, batching=batching))) as client:
-        refused = client.put("/admin/routing", json={"versions": {"f": fixed}, "aliases": {"champion": "f"}}, headers=AUTH)
-        batch = client.post("/predict", json=serving.payload(images[:5]))
+    client = in_process(create_app(Settings(model=versions["1"], admin_token=TOKEN, batching=batching)))
+    refused = client.put("/admin/routing", json={"versions": {"f": fixed}, "aliases": {"champion": "f"}}, headers=AUTH)
+    batch = client.post("/predict", json=serving.payload(images[:5]))
     assert refused.status_code == 422 and refused.json()["error"] == "bad_routing", refused.text
     assert ("at most 1 example(s); the service takes [n, 1, 8, 8] float32 with up to 64" in refused.json()["detail"]) or (
         batching and "batching merges requests" in refused.json()["detail"]
@@ -234,7 +235,7 @@ def test_a_version_that_cannot_take_the_services_largest_batch_is_refused(tmp_pa
     assert batch.status_code == 200 and len(batch.json()["predictions"]) == 5  # the champion did not change
 
 
-def test_routing_with_sha256s_serves_only_the_registered_files(tmp_path, versions, images):
+def test_routing_with_sha256s_serves_only_the_registered_files(tmp_path, versions, images, in_process):
     """A version named with its sha256 is reused while the loaded model has that sha256, else loaded and checked."""
     file = tmp_path / "v2.onnx"
     file.write_bytes(Path(versions["2"]).read_bytes())
@@ -246,18 +247,18 @@ def test_routing_with_sha256s_serves_only_the_registered_files(tmp_path, version
     def served_sha() -> str:
         return client.get("/admin/routing", headers=AUTH).json()["versions"]["2"]["sha256"]
 
-    with TestClient(create_app(Settings(model=versions["1"], admin_token=TOKEN))) as client:
-        assert client.put("/admin/routing", json=route_to(v2_sha), headers=AUTH).status_code == 200 and served_sha() == v2_sha
-        file.write_bytes(Path(versions["1"]).read_bytes())  # another model under the same name
-        assert client.put("/admin/routing", json=route_to(v2_sha), headers=AUTH).status_code == 200  # the loaded one is still v2
-        assert served_sha() == v2_sha
-        assert client.put("/admin/routing", json=route_to(v1_sha), headers=AUTH).status_code == 200  # a new sha256: read from disk
-        answer = client.post("/predict", json=serving.payload(images[:4]), headers={"x-request-key": "k"}).json()
-        session = ort.InferenceSession(versions["1"], providers=["CPUExecutionProvider"])
-        assert served_sha() == v1_sha and answer["version"] == "2" and answer["predictions"] == _predict(session, images[:4])
-        refused = client.put("/admin/routing", json=route_to("1" * 64), headers=AUTH)  # neither loaded nor on disk
-        assert refused.status_code == 422 and f"has sha256 {v1_sha}, the document expects {'1' * 64}" in refused.json()["detail"]
-        assert served_sha() == v1_sha  # a refused document changes nothing
+    client = in_process(create_app(Settings(model=versions["1"], admin_token=TOKEN)))
+    assert client.put("/admin/routing", json=route_to(v2_sha), headers=AUTH).status_code == 200 and served_sha() == v2_sha
+    file.write_bytes(Path(versions["1"]).read_bytes())  # another model under the same name
+    assert client.put("/admin/routing", json=route_to(v2_sha), headers=AUTH).status_code == 200  # the loaded one is still v2
+    assert served_sha() == v2_sha
+    assert client.put("/admin/routing", json=route_to(v1_sha), headers=AUTH).status_code == 200  # a new sha256: read from disk
+    answer = client.post("/predict", json=serving.payload(images[:4]), headers={"x-request-key": "k"}).json()
+    session = ort.InferenceSession(versions["1"], providers=["CPUExecutionProvider"])
+    assert served_sha() == v1_sha and answer["version"] == "2" and answer["predictions"] == _predict(session, images[:4])
+    refused = client.put("/admin/routing", json=route_to("1" * 64), headers=AUTH)  # neither loaded nor on disk
+    assert refused.status_code == 422 and f"has sha256 {v1_sha}, the document expects {'1' * 64}" in refused.json()["detail"]
+    assert served_sha() == v1_sha  # a refused document changes nothing
 
 
 def _served_by_version(client) -> dict[str, float]:
@@ -368,15 +369,15 @@ def _fails_from_batch(path: Path, rows: int) -> str:
 
 
 @pytest.mark.parametrize("batching", [False, True])
-def test_warm_up_runs_the_largest_request_the_service_takes_at_start_up_and_on_a_switch(tmp_path, images, batching):
+def test_warm_up_runs_the_largest_request_the_service_takes_at_start_up_and_on_a_switch(tmp_path, images, batching, in_process):
     served = _digits_like(tmp_path / "served.onnx", [-1, 64])
     fails_from_9 = _fails_from_batch(tmp_path / "fails_from_9.onnx", rows=9)  # batches 1-8 run: one request of 9-64 would not
     settings = Settings(admin_token=TOKEN, batching=batching, batch_max_size=8)
     starting = create_app(dataclasses.replace(settings, model=fails_from_9)).state.service
     asyncio.run(starting.warm_up())
-    with TestClient(create_app(dataclasses.replace(settings, model=served))) as client:
-        refused = client.put("/admin/routing", json={"versions": {"b": fails_from_9}, "aliases": {"champion": "b"}}, headers=AUTH)
-        predicted = client.post("/predict", json=serving.payload(images[:9]))
+    client = in_process(create_app(dataclasses.replace(settings, model=served)))
+    refused = client.put("/admin/routing", json={"versions": {"b": fails_from_9}, "aliases": {"champion": "b"}}, headers=AUTH)
+    predicted = client.post("/predict", json=serving.payload(images[:9]))
     assert not starting.warm and "on zeros of shape [64, 1, 8, 8]" in starting.warm_up_error, starting.warm_up_error
     assert refused.status_code == 422 and "on zeros of shape [64, 1, 8, 8]" in refused.json()["detail"], refused.text
     assert predicted.status_code == 200 and predicted.json()["version"] == "served"
@@ -388,19 +389,19 @@ def _model_info(client) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.parametrize("batching", [False, True])
-def test_a_switch_to_a_version_that_fails_its_warm_up_is_refused_and_changes_nothing(tmp_path, images, batching):
+def test_a_switch_to_a_version_that_fails_its_warm_up_is_refused_and_changes_nothing(tmp_path, images, batching, in_process):
     served = _digits_like(tmp_path / "served.onnx", [-1, 64])
     broken = _digits_like(tmp_path / "broken.onnx", [-1, 65])
     batch1only = _digits_like(tmp_path / "batch1only.onnx", [1, 64])
     settings = Settings(model=served, admin_token=TOKEN, batching=batching, batch_max_size=8)
-    with TestClient(create_app(settings)) as client:
-        refusals = [
-            client.put("/admin/routing", json={"versions": {"b": path}, "aliases": {"champion": "b"}}, headers=AUTH)
-            for path in (broken, batch1only)
-        ]
-        predicted = client.post("/predict", json=serving.payload(images[:2]))
-        ready = client.get("/ready")
-        info = _model_info(client)
+    client = in_process(create_app(settings))
+    refusals = [
+        client.put("/admin/routing", json={"versions": {"b": path}, "aliases": {"champion": "b"}}, headers=AUTH)
+        for path in (broken, batch1only)
+    ]
+    predicted = client.post("/predict", json=serving.payload(images[:2]))
+    ready = client.get("/ready")
+    info = _model_info(client)
     assert [refusal.status_code for refusal in refusals] == [422, 422] and {r.json()["error"] for r in refusals} == {"bad_routing"}
     assert "version b failed its warm-up, so nothing changed" in refusals[0].json()["detail"]
     assert "on zeros of shape [64, 1, 8, 8]" in refusals[1].json()["detail"], refusals[1].json()["detail"]  # batch 1 ran, 64 did not
@@ -409,13 +410,13 @@ def test_a_switch_to_a_version_that_fails_its_warm_up_is_refused_and_changes_not
     assert list(info) == ["served"] and info["served"]["alias"] == "champion"
 
 
-def test_model_info_and_ready_name_the_versions_served_after_every_switch(tmp_path, versions):
+def test_model_info_and_ready_name_the_versions_served_after_every_switch(tmp_path, versions, in_process):
     other = _digits_like(tmp_path / "tiny2.onnx", [-1, 64], seed=2)
-    with TestClient(create_app(Settings(model=versions["1"], admin_token=TOKEN))) as client:
-        before = _model_info(client)
-        document = {"versions": {"a": versions["1"], "b": other}, "aliases": {"champion": "b", "challenger": "a"}, "shadow": "a"}
-        assert client.put("/admin/routing", json=document, headers=AUTH).status_code == 200
-        after, ready = _model_info(client), client.get("/ready").json()
+    client = in_process(create_app(Settings(model=versions["1"], admin_token=TOKEN)))
+    before = _model_info(client)
+    document = {"versions": {"a": versions["1"], "b": other}, "aliases": {"champion": "b", "challenger": "a"}, "shadow": "a"}
+    assert client.put("/admin/routing", json=document, headers=AUTH).status_code == 200
+    after, ready = _model_info(client), client.get("/ready").json()
     assert list(before) == ["digits_cnn"] and before["digits_cnn"]["alias"] == "champion"
     assert (
         after["b"]["alias"] == "champion" and after["b"]["name"] == "tiny2" and after["b"]["sha256"] == svc_model.sha256_file(Path(other))

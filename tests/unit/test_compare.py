@@ -23,7 +23,7 @@ def test_out_of_tolerance_raises_with_figures():
 
 
 def test_a_tie_within_tolerance_is_no_disagreement():
-    # the review's cases: an all-zero ReLU row and two near-equal scores swapped within tolerance
+    # an all-zero ReLU row, and two near-equal scores swapped within tolerance
     assert compare(np.zeros((1, 3)), np.array([[0, 1e-7, 0]])).argmax_agreement == 1.0
     assert compare([[1.0, 1.0000001]], [[1.0000001, 1.0]]).passed
     report = compare(np.array([[0.5, 0.5000001], [1.0, 0.0]]), np.array([[0.5000001, 0.5], [1.0, 0.0]]))

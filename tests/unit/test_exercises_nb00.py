@@ -52,7 +52,7 @@ def test_q1_rejects_wrong_scalers_with_the_reason(wrong, reason):
 
 
 def test_q1_rejects_an_answer_that_is_right_only_for_even_pixels():
-    outcome = nb00.q1.evaluate(lambda p: ((p // 2) / 8).astype(np.float32))  # review 4: every test pixel was even
+    outcome = nb00.q1.evaluate(lambda p: ((p // 2) / 8).astype(np.float32))  # right for even pixels only
     assert outcome.status == INCORRECT and "must map to 0..1" in outcome.message, outcome.message
     assert "fixed maximum" not in outcome.message
 
@@ -92,7 +92,7 @@ def test_q2_rejects_other_splits_and_totals_with_the_reason():
 
 
 def test_q1_message_shows_the_difference_it_rejects():
-    # review 4: "+1e-6" was rejected with "it gave [0.0, 0.5, 1.0], expected [0.0, 0.5, 1.0]"
+    # an answer off by 1e-6 prints like the expected values when rounded: the message shows the difference
     outcome = nb00.q1.evaluate(lambda p: (np.asarray(p) / 16 + 1e-6).astype(np.float32))
     assert outcome.status == INCORRECT and "largest difference 1e-06" in outcome.message, outcome.message
     gave, expected = outcome.message.split(" it gave ")[1].split(", expected ")

@@ -110,7 +110,7 @@ def test_q1_names_the_fix_when_make_model_stamps_versions_ort_refuses(versions):
         (lambda: _q1_model(weight=Q1_WEIGHT - 2.0), "multiplies by Q1_WEIGHT unchanged"),
         (_stores_w_but_uses_a_shifted_copy, "multiplies by Q1_WEIGHT unchanged"),
         (lambda: "model.onnx", "expected the softmax"),
-        (lambda: _q1_model(out_batch=1), "declared [1, 4], a batch fixed to 1"),  # review 4: ORT only logs it
+        (lambda: _q1_model(out_batch=1), "declared [1, 4], a batch fixed to 1"),  # ORT runs it and only logs the mismatch
         (_einsum_model, "with a MatMul or Gemm node"),
         (lambda: _q1_model(head="LogSoftmax"), "not softmax"),
         (lambda: _q1_model(relu=True), "not softmax"),
@@ -205,7 +205,7 @@ def test_q3_truth_and_wrong_answers():
     in_bytes = [(op, 4 * n) for op, n in truth]
     every_node = [(n.op_type, dict(truth).get(n.op_type, 0)) for n in model.graph.node]
     wrong = {
-        "(op_type, parameters) pairs": (matmuls, params),  # the totals summarize() prints: the old question's answer
+        "(op_type, parameters) pairs": (matmuls, params),  # the totals summarize() prints, not the pairs
         "only the nodes that read an initializer": every_node,
         "graph order": sorted(truth),
         "its weight and its bias": weight_only,

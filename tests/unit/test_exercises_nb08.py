@@ -260,7 +260,7 @@ def test_q3_rejects_a_rounded_rate_and_a_hard_coded_list_of_error_statuses():
 def test_q3_rejects_a_list_of_error_statuses_that_misses_408_415_and_503():
     from labsupport.topics.loadgen import parse_metrics
 
-    def the_five_statuses_of_the_review(text):  # 400, 413, 422, 499, 500: a body too slow (408), a gzip body (415), overload (503) missed
+    def five_error_statuses(text):  # 400, 413, 422, 499, 500: a body too slow (408), a gzip body (415), overload (503) missed
         counts = {
             dict(labels)["status"]: value
             for (name, labels), value in parse_metrics(text).items()
@@ -269,7 +269,7 @@ def test_q3_rejects_a_list_of_error_statuses_that_misses_408_415_and_503():
         total = sum(counts.values())
         return sum(v for s, v in counts.items() if int(s) in {400, 413, 422, 499, 500}) / total if total else 0.0
 
-    outcome = q3.evaluate(the_five_statuses_of_the_review)
+    outcome = q3.evaluate(five_error_statuses)
     assert outcome.status == "incorrect" and "the error rate is 0.5," in outcome.message, outcome.message
     assert q3.evaluate(q3.reference_answer()).status == "correct"
 

@@ -139,7 +139,7 @@ def test_q3_rejects_gates_that_fail_open_or_miss_a_rule():
 
 
 def _gate(floor_ok, drop_ok, errors=(Exception,)):
-    """A may_promote answer built from a floor rule and a drop rule (the review's wrong answers differ in one of them)."""
+    """A may_promote answer built from a floor rule and a drop rule (each wrong answer below gets one of them wrong)."""
 
     def may_promote(read, candidate):
         try:
