@@ -384,7 +384,7 @@ def main(argv: list[str]) -> int:
         print(f"new: {error}", file=sys.stderr)
         return 2
     print("\n".join(f"wrote {path.relative_to(repo_root())}" for path in written))
-    print("then: replace every TODO, and follow CONTRIBUTING.md for the rest")
+    print("then: replace every TODO, run python -m labsupport.maintain.navigation, re-execute the notebook (CONTRIBUTING.md)")
     return 0
 
 
