@@ -315,12 +315,12 @@ def _notebook_path(number: str, root: Path) -> Path:
 
 
 def _add_to_exercise_list(module: str, n: int) -> str:
-    listed = re.search(r"^EXERCISES = \[(.*?)\]$", module, re.M | re.S)
+    listed = re.search(r"^(EXERCISES(?:: [^=\n]+)? = )\[(.*?)\]$", module, re.M | re.S)
     if listed is None:
-        raise ValueError("the exercise module has no 'EXERCISES = [...]' at the start of a line")
-    names = [*re.findall(r"q\d+", listed.group(1)), f"q{n}"]
+        raise ValueError("the exercise module has no 'EXERCISES = [...]' (or 'EXERCISES: list[Exercise] = [...]') at the start of a line")
+    names = [*re.findall(r"q\d+", listed.group(2)), f"q{n}"]
     before = module[: listed.start()].rstrip("\n")
-    return f"{before}{CHECKER_STUB.format(n=n)}EXERCISES = [{', '.join(names)}]{module[listed.end() :]}"
+    return f"{before}{CHECKER_STUB.format(n=n)}{listed.group(1)}[{', '.join(names)}]{module[listed.end() :]}"
 
 
 def _add_cells(notebook, number: str, n: int) -> None:
@@ -384,7 +384,7 @@ def main(argv: list[str]) -> int:
         print(f"new: {error}", file=sys.stderr)
         return 2
     print("\n".join(f"wrote {path.relative_to(repo_root())}" for path in written))
-    print("then: replace every TODO, and follow CONTRIBUTING.md for the rest")
+    print("then: replace every TODO, run python -m labsupport.maintain.navigation, re-execute the notebook (CONTRIBUTING.md)")
     return 0
 
 

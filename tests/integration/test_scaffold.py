@@ -2,7 +2,7 @@
 
 ``python -m labsupport.maintain.new notebook 14 ...`` and ``... exercise 14 --execute`` run in a temporary copy of
 the tracked files (imports from the copy: $PYTHONPATH and $ONNX_LAB_ROOT point at it); then the copy's consistency,
-module-list, solution-hiding and exercise tests run on the copy, the new notebook under strict nbval and ruff, so the
+module-list, solution-hiding and exercise tests (test_all_exercises) run on the copy, the new notebook under strict nbval and ruff, so the
 recipe cannot drift from the rules those tests hold. It executes a notebook: an integration test.
 """
 
@@ -26,7 +26,7 @@ COPY_TESTS = [
     "tests/unit/test_module_list.py",
     "tests/unit/test_solution_hiding.py",
     "tests/unit/test_exercises_nb14.py",
-    "tests/integration/test_exercises_api.py",
+    "tests/integration/test_all_exercises.py",
     f"notebooks/{NAME}",
 ]
 
