@@ -199,9 +199,14 @@ def _check_log_and_register(log_and_register) -> str:
     if not callable(log_and_register):
         raise Incorrect("expected a function log_and_register(model, rows, name) -> 'models:/<name>@champion'")
     with _scratch_registry() as mlflow:
-        client = mlflow.MlflowClient()
+        client, store = mlflow.MlflowClient(), mlflow.get_tracking_uri()
         for number, (serialized, rows) in enumerate(_wine_models(), start=1):
             uri = log_and_register(onnx.load_from_string(serialized), rows[:4].copy(), Q4_NAME)
+            if mlflow.get_tracking_uri() != store:
+                raise Incorrect(
+                    f"your function set the tracking URI to {mlflow.get_tracking_uri()!r}: log to the store that is current when it "
+                    "runs (the checker's fresh one), without mlflow.set_tracking_uri"
+                )
             versions = client.search_model_versions(f"name='{Q4_NAME}'")
             if len(versions) != number:
                 raise Incorrect(

@@ -9,13 +9,15 @@ import pytest
 from labsupport.exercises.nb13 import q4
 
 
-def _log_and_register(*, signature="both", alias="move", uri="alias"):
+def _log_and_register(*, signature="both", alias="move", uri="alias", own_store=None):
     """A log_and_register like the reference, with one mistake a learner makes switched on."""
     import mlflow
     import onnxruntime as ort
     from mlflow.models import infer_signature
 
     def answer(model, rows, name):
+        if own_store:
+            mlflow.set_tracking_uri(own_store)  # the recipe's first line, copied into the function
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         label, probabilities = session.run(None, {"X": rows})
         outputs = {"both": {"label": label, "probabilities": probabilities}, "first": label, "none": None}[signature]
@@ -52,3 +54,10 @@ def test_q4_names_each_mistake(mistake, reason):
     outcome = q4.evaluate(_log_and_register(**mistake))
     assert outcome.status == "incorrect", mistake
     assert re.search(reason, outcome.message), (mistake, outcome.message)
+
+
+def test_q4_names_a_tracking_uri_of_the_learners_own(tmp_path):
+    """Registered, but in a store of its own: told so, not that nothing was registered."""
+    outcome = q4.evaluate(_log_and_register(own_store=f"sqlite:///{tmp_path}/own.db"))
+    assert outcome.status == "incorrect"
+    assert "your function set the tracking URI" in outcome.message, outcome.message

@@ -22,6 +22,7 @@ from marshmallow.exceptions import ValidationError
 
 from labsupport.course.env import pinned_versions
 from labsupport.course.paths import repo_root
+from labsupport.maintain import azure_ml_yaml
 from labsupport.models.digits_cnn import ensure_digits_cnn
 from labsupport.topics import azure_ml
 
@@ -41,7 +42,7 @@ def yaml_folder(tmp_path):
     """``write(kind, **changes)``: a copy of deploy/azureml's YAML files in tmp_path with one document changed."""
 
     def write(kind: str, **changes) -> object:
-        azure_ml.write_yaml(tmp_path)
+        azure_ml_yaml.write_yaml(tmp_path)
         shutil.copy2(azure_ml.DEPLOY_DIR / azure_ml.CONDA_FILE, tmp_path)  # the environment loader reads it
         document = {**azure_ml.yaml_documents()[kind], **changes}
         (tmp_path / azure_ml.YAML_FILES[kind]).write_text(yaml.safe_dump(document), encoding="utf-8")
@@ -67,7 +68,9 @@ def test_validate_passes_offline_and_sends_nothing(offline):
 
 def test_committed_yaml_files_are_what_the_module_writes():
     for kind, name in azure_ml.YAML_FILES.items():
-        assert (azure_ml.DEPLOY_DIR / name).read_text(encoding="utf-8") == azure_ml.yaml_text(kind), f"run python -m {azure_ml.__name__}"
+        assert (azure_ml.DEPLOY_DIR / name).read_text(encoding="utf-8") == azure_ml.yaml_text(kind), (
+            f"run python -m {azure_ml_yaml.__name__}"
+        )
 
 
 def test_the_sdk_loader_rejects_an_unknown_key(yaml_folder, offline):
