@@ -25,6 +25,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 from labsupport.topics import loadgen
 from onnx_service import edge, routing
 from onnx_service.app import create_app
+from onnx_service.batching import Batcher
 from onnx_service.config import Settings
 from onnx_service.model import LoadedModel, TensorSpec
 
@@ -222,6 +223,28 @@ def test_a_request_whose_client_is_already_gone_never_runs_even_on_an_idle_batch
 
     status, samples = asyncio.run(scenario())
     assert status == 499 and session.started == 0  # nothing queued or running: the batcher was idle, and still never ran it
+    assert _count_of_499(samples) == 1
+
+
+def test_a_request_whose_client_leaves_as_it_is_queued_on_an_idle_batcher_never_runs(monkeypatch):
+    session = StandInSession()
+    app = standin_app(session, "batching")
+    leave = asyncio.Event()
+    real_submit = Batcher.submit
+
+    async def submit_as_the_client_leaves(batcher, rows):
+        leave.set()  # the client's disconnect arrives as its request joins the idle batcher's queue
+        return await real_submit(batcher, rows)
+
+    async def scenario():
+        async with client_for(app) as client:
+            first = await client.post("/predict", json=tokens(1))  # starts the batcher's collector: it now waits, idle
+            monkeypatch.setattr(Batcher, "submit", submit_as_the_client_leaves)
+            status = await _leaving_client(app, tokens(7), leave)
+            return first.status_code, status, loadgen.parse_metrics((await client.get("/metrics")).text)
+
+    first, status, samples = asyncio.run(scenario())
+    assert first == 200 and status == 499 and session.runs == [[1]]  # the left request's batch was never run
     assert _count_of_499(samples) == 1
 
 

@@ -24,7 +24,7 @@ from labsupport.models.heavy_classifier import write_heavy_classifier
 from labsupport.topics import loadgen, serving
 from onnx_service import model as svc_model
 from onnx_service import routing
-from onnx_service.app import create_app
+from onnx_service.app import create_app, freeze_start_up_objects
 from onnx_service.config import Settings
 
 TOKEN = "test-token"
@@ -169,6 +169,29 @@ def test_a_routing_switch_in_batching_mode_closes_the_replaced_batchers(tmp_path
         in_process.close()  # the lifespan's shutdown logs no ERROR either
     errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
     assert not errors, errors
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["threadpool", "batching"])
+def test_a_switch_away_from_the_start_up_version_releases_its_session_in_a_frozen_serving_process(versions, batching, in_process):
+    import gc
+    import weakref
+
+    app = create_app(Settings(model=versions["1"], admin_token=TOKEN, batching=batching))
+    (start_up_version,) = app.state.service.routing.versions.values()
+    start_up_session = weakref.ref(start_up_version.model.session)
+    del start_up_version
+    freeze_start_up_objects()  # as the serving process does after start-up
+    try:
+        client = in_process(app)
+        switched = client.put("/admin/routing", json={"versions": {"2": versions["2"]}, "aliases": {"champion": "2"}}, headers=AUTH)
+        assert switched.status_code == 200, switched.text
+        deadline = time.monotonic() + 10
+        while app.state.service._background and time.monotonic() < deadline:  # the replaced batcher is closing
+            time.sleep(0.01)
+        gc.collect()
+        assert start_up_session() is None  # nothing the service keeps still holds the start-up model
+    finally:
+        gc.unfreeze()
 
 
 def test_admin_api_needs_a_token_and_refuses_bad_documents(versions, in_process):

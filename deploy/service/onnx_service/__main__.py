@@ -110,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ModelError, RoutingError) as error:
         return _cannot_start(error)
     _log_ready(settings, model)
+    model = None  # the app holds the versions it serves: a routing switch away from this one releases its session
     if settings.workers > 1:  # checked; each worker process loads its own copy: the supervisor keeps none (no idle session)
-        app = model = None
+        app = None
         gc.collect()
     try:
         listener = _listen(settings.host, settings.port)

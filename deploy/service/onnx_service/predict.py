@@ -84,6 +84,12 @@ async def _disconnect(request: Request) -> None:
         pass
 
 
+def _handler_cancelled() -> bool:
+    """Whether this request's own task was cancelled (a shutdown), not only the work it awaited."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class ClientWatch:
     """One listener per request for its client's disconnect, from the end of the body to the answer.
 
@@ -91,18 +97,24 @@ class ClientWatch:
     closed), so the service listens for ``http.disconnect`` itself, in one task per request. Entering
     gives that task one turn of the event loop first: a disconnect already received is taken at once
     (ClientLeft), so a client gone before its body is parsed or run has neither done. ``unless_it_leaves``
-    then races work (a parse in the parse lane, an inference) with the listener: a request still waiting
-    in the batcher's queue, for an inference slot or for the parse lane never runs; one already running
-    finishes in its thread.
+    then runs work (a parse in the parse lane, an inference) as a task that the listener cancels in its own
+    turn, as soon as the disconnect arrives: a request still waiting in the batcher's queue, for an inference
+    slot or for the parse lane never runs; one already running finishes in its thread.
     """
 
     _gone: asyncio.Task[None]
 
     def __init__(self, request: Request):
         self._request = request
+        self._work: asyncio.Future[Any] | None = None  # the work running now, cancelled by the listener
+
+    async def _listen(self) -> None:
+        await _disconnect(self._request)
+        if self._work is not None:
+            self._work.cancel()  # at once: the batcher skips a cancelled request it has queued or batched but not run
 
     async def __aenter__(self) -> ClientWatch:
-        self._gone = asyncio.ensure_future(_disconnect(self._request))
+        self._gone = asyncio.ensure_future(self._listen())
         await asyncio.sleep(0)  # the listener's first receive(): a disconnect already received returns without waiting
         if self._gone.done():
             raise ClientLeft
@@ -116,16 +128,16 @@ class ClientWatch:
         if self._gone.done():
             work.close()  # never started: no "coroutine was never awaited" warning
             raise ClientLeft
-        task = asyncio.ensure_future(work)
+        self._work = task = asyncio.ensure_future(work)
         task.add_done_callback(lambda done: done.cancelled() or done.exception())  # a dropped task's error is not "never retrieved"
         try:
-            await asyncio.wait({task, self._gone}, return_when=asyncio.FIRST_COMPLETED)
+            return await task  # cancelling this handler cancels the task too
+        except asyncio.CancelledError:
+            if self._gone.done() and not _handler_cancelled():
+                raise ClientLeft from None  # the listener cancelled the work
+            raise
         finally:
-            if not task.done():  # the client left (or this handler was cancelled)
-                task.cancel()
-        if not task.done() or task.cancelled():
-            raise ClientLeft
-        return task.result()
+            self._work = None
 
 
 def refused_by_the_model(error: Exception, version: routing.Version) -> bool:

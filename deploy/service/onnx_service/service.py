@@ -39,7 +39,7 @@ class Service:
     """Settings, model contract, metrics, the routing of versions and the limits every request goes through."""
 
     def __init__(self, settings: Settings, model: LoadedModel, cpus: CpuBudget):
-        self.settings, self.model, self.cpus = settings, model, cpus
+        self.settings, self.cpus = settings, cpus  # the model only through the routing: a switch away from it releases it
         self.contract = model.contract(settings.max_batch)
         self.slots = slots_per_worker(cpus.usable, settings.threads, settings.workers)
         self.inference_slots = CapacityLimiter(self.slots)
@@ -132,12 +132,11 @@ class Service:
             for name, v in served.versions.items()
         ]
 
-    def warm_up_sizes(self, model: LoadedModel | None = None) -> tuple[int, ...]:
+    def warm_up_sizes(self, model: LoadedModel) -> tuple[int, ...]:
         """Batch sizes of the warm-up runs: 1 and the largest batch the service will run (a fixed batch: only that).
 
         The largest is ``max_batch`` even with batching: one request of more than ``batch_max_size`` examples runs alone.
         """
-        model = model or self.model
         if model.fixed_batch:
             return (model.fixed_batch,)
         largest = max(self.contract.max_batch, self.settings.batch_max_size if self.settings.batching else 1)
