@@ -230,7 +230,7 @@ def _tabular_onnx(name: str) -> tuple[str, np.ndarray]:
 def _check_mobile_payload(make_payload) -> str:
     import onnxruntime
 
-    from labsupport.topics.edge import is_ort_format
+    from labsupport.topics.mobile import is_ort_format
 
     if not callable(make_payload):
         raise Incorrect("expected a function make_payload(onnx_path, output_dir) -> path of the .ort file")

@@ -11,7 +11,7 @@ import torch
 
 from labsupport.course.compare import ParityError, compare
 from labsupport.course.data import load_digits
-from labsupport.course.paths import ROOT_ENV_VAR, repo_root
+from labsupport.course.paths import ARTIFACTS_ENV_VAR, ROOT_ENV_VAR, repo_root
 from labsupport.models import digits_cnn
 from labsupport.onnxutil.export import STACK_TRACE_KEY
 from labsupport.onnxutil.sessions import open_session
@@ -131,6 +131,7 @@ def test_ensure_regenerates_missing_artifacts_like_notebook_02(tmp_path, monkeyp
     (tmp_path / "pyproject.toml").write_text((repo_root() / "pyproject.toml").read_text())
     shutil.copytree(repo_root() / "data", tmp_path / "data")
     monkeypatch.setenv(ROOT_ENV_VAR, str(tmp_path))
+    monkeypatch.delenv(ARTIFACTS_ENV_VAR, raising=False)  # the copy's own artifacts/ (make test gives its tests another folder)
     path = digits_cnn.ensure_digits_cnn()
     captured = capsys.readouterr()
     assert captured.out == "" and "training" not in captured.err
@@ -156,6 +157,7 @@ def test_load_names_the_fix_for_stale_weights(tmp_path, monkeypatch):
     (tmp_path / "artifacts" / "digits_cnn.onnx").write_bytes(b"placeholder")
     torch.save({"weight": torch.zeros(3)}, tmp_path / "artifacts" / "digits_cnn.pt")
     monkeypatch.setenv(ROOT_ENV_VAR, str(tmp_path))
+    monkeypatch.delenv(ARTIFACTS_ENV_VAR, raising=False)
     with pytest.raises(RuntimeError, match=r"ensure_digits_cnn\(force=True\)"):
         digits_cnn.load_digits_cnn()
 
