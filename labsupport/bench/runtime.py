@@ -179,7 +179,7 @@ def sweep(
 
 def framework_verdict(table: timing.BenchTable, name: str, batch_size: int, noise: float) -> str:
     """``name`` against the baseline of a ``sweep`` at ``batch_size`` in words (the cheapest calls, ``SWEEP_STATISTIC``),
-    or why there is no verdict: a CPU time
+    or why there is no verdict: an A/A twin more than 2x apart, a CPU time
     that fell as the batch grew (disturbed samples), or TensorFlow on a busy machine (its worker threads spin while
     they wait for work, and a busy machine makes them wait longer, which its CPU time counts)."""
     sizes = sorted({t.batch_size for t in table.timings})
@@ -188,6 +188,8 @@ def framework_verdict(table: timing.BenchTable, name: str, batch_size: int, nois
         costs = [table.get(candidate, size).statistic(table.clock, SWEEP_STATISTIC) for size in sizes]
         return all(later >= earlier * (1 - noise) for earlier, later in itertools.pairwise(costs))
 
+    if noise >= 1:
+        return f"not rankable (eager PyTorch's A/A twin differed by {noise:.0%}: no ratio is readable) against"
     if TENSORFLOW in (name, table.baseline) and table.busy:
         return "not rankable (machine busy: TensorFlow's CPU time counts its worker threads' waiting) against"
     if not (grows_with_batch(name) and grows_with_batch(table.baseline)):

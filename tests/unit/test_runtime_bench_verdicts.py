@@ -36,3 +36,12 @@ def test_sweep_noise_is_the_twins_largest_deviation_with_a_floor():
     sweep = _sweep({"pytorch": {1: 0.1, 4: 0.2}, twin: {1: 0.1, 4: 0.26}}, QUIET)
     assert runtime_bench.sweep_noise(sweep) == pytest.approx(0.3)
     assert runtime_bench.sweep_noise(_sweep({"pytorch": {1: 0.1}, twin: {1: 0.101}}, QUIET)) == runtime_bench.NOISE_FLOOR
+
+
+def test_no_verdict_when_the_twin_is_more_than_twice_apart():
+    """A quiet run measured eager PyTorch's batch-1 twin 2.27x apart (0.092 vs 0.208 ms): a verdict, not a ValueError."""
+    twin = runtime_bench.PYTORCH + runtime_bench.AGAIN
+    sweep = _sweep({"pytorch": {1: 0.092, 256: 5.1}, twin: {1: 0.208, 256: 5.6}, "onnxruntime": {1: 0.02, 256: 1.6}}, QUIET)
+    noise = runtime_bench.sweep_noise(sweep)
+    assert noise > 1
+    assert runtime_bench.framework_verdict(sweep, "onnxruntime", 1, noise).startswith("not rankable (eager PyTorch's A/A twin")
