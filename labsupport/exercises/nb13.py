@@ -160,18 +160,21 @@ def _wine_models() -> tuple[tuple[bytes, np.ndarray], ...]:
 
 @contextlib.contextmanager
 def _scratch_registry():
-    """A fresh sqlite MLflow store in a temporary folder (also the working folder), the previous tracking URI restored after."""
+    """A fresh sqlite MLflow store in a temporary folder (also the working folder) for tracking and registry alike,
+    the previous URIs restored after (notebook 13's sections set a registry URI of their own: lifecycle.open_registry)."""
     from labsupport.topics.lifecycle import _mlflow
 
     mlflow = _mlflow()
-    before, folder = mlflow.get_tracking_uri(), os.getcwd()
+    before, registry_before, folder = mlflow.get_tracking_uri(), mlflow.get_registry_uri(), os.getcwd()
     with tempfile.TemporaryDirectory(prefix="nb13_q4_") as scratch:
         os.chdir(scratch)  # the default experiment keeps its artifacts in ./mlruns: here, not in the learner's folder
         try:
             mlflow.set_tracking_uri(f"sqlite:///{scratch}/mlflow.db")
+            mlflow.set_registry_uri(f"sqlite:///{scratch}/mlflow.db")
             yield mlflow
         finally:
             mlflow.set_tracking_uri(before)
+            mlflow.set_registry_uri(registry_before)
             os.chdir(folder)
 
 

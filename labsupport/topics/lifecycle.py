@@ -167,7 +167,7 @@ class Budgets:
     rtol: float = 1e-3
     min_accuracy: float = 0.9
     max_accuracy_drop: float = 0.01  # at most 1 point below the champion, both measured on the gate's split
-    max_latency_ratio: float = 1.5  # median single-example run at most 1.5x the champion's, measured side by side
+    max_latency_ratio: float = 1.5  # median single-example run at most 1.5x the champion's, CPU time, side by side
 
 
 def version_facts(

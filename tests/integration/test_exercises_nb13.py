@@ -61,3 +61,19 @@ def test_q4_names_a_tracking_uri_of_the_learners_own(tmp_path):
     outcome = q4.evaluate(_log_and_register(own_store=f"sqlite:///{tmp_path}/own.db"))
     assert outcome.status == "incorrect"
     assert "your function set the tracking URI" in outcome.message, outcome.message
+
+
+def test_q4_checks_in_its_own_store_after_the_notebook_set_a_registry_uri(tmp_path):
+    """Notebook 13's sections set a registry URI (lifecycle.open_registry): the checker's store is still fresh and used."""
+    import mlflow
+
+    earlier = f"sqlite:///{tmp_path / 'earlier.db'}"
+    before = mlflow.get_registry_uri()
+    mlflow.set_registry_uri(earlier)
+    try:
+        assert q4.evaluate(_log_and_register()).status == "correct"
+        assert q4.evaluate(_log_and_register()).status == "correct"  # a second check starts from an empty store again
+        assert mlflow.get_registry_uri() == earlier  # restored
+    finally:
+        mlflow.set_registry_uri(before)
+    assert not (tmp_path / "earlier.db").exists() or not mlflow.MlflowClient(registry_uri=earlier).search_registered_models()
