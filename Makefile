@@ -104,7 +104,7 @@ TEST_ARTIFACTS := build/tests/artifacts
 NOTEBOOKS_LOG  := build/test-notebooks.log
 # tests that wait on installs, an emulated CPU, a whole notebook or the hub's servers: they run after the notebooks, in that half,
 # so that the two halves take about as long (make test's --durations in the README); nothing is skipped
-NOTEBOOK_HALF_TESTS := $(addprefix tests/integration/,test_openvino_plugin.py test_binder.py test_azure_ml_conda.py \
+NOTEBOOK_HALF_TESTS := $(addprefix tests/integration/,test_openvino_plugin.py test_binder.py \
   test_notebook09_on_binder.py test_hub.py)
 
 test: $(STAMP) js-deps ort-headers lint
