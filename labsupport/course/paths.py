@@ -99,7 +99,7 @@ ARTIFACTS: dict[str, str] = {
     ),
     "lifecycle/": "13: the MLflow registry (mlflow.db, mlruns/) and the builds registered as versions (labsupport.topics.lifecycle)",
     "edge/page_images.json": "09: the test images of the web demo's picker (labsupport.topics.web.page_images; make web)",
-    "web_demo.png": "09: the browser demo's screenshot (labsupport.topics.edge, tests/integration/test_web.py)",
+    "web_demo.png": "09: the browser demo's screenshot (labsupport.topics.web, tests/integration/test_web.py)",
     "mobile/": "09: .ort files and their operator configs",
     "tiny_transformer.pt": "11: weights of the tiny decoder (labsupport.models.tiny_transformer.ensure_tiny_transformer)",
     "tiny_transformer.onnx": "11: the decoder exported without a KV cache",
