@@ -95,9 +95,15 @@ def restart_loop(session, prompts, new_tokens):
 
 
 def test_q1_accepts_the_loop_and_exports_when_the_notebook_has_not(tmp_path, monkeypatch):
-    from labsupport.course import paths
+    import shutil
 
+    from labsupport.course import paths
+    from labsupport.topics import hugging_face
+
+    trained = hugging_face.ensure_tiny_llama()  # the run's trained model: copied, so only the export is missing
     monkeypatch.setenv(paths.ARTIFACTS_ENV_VAR, str(tmp_path / "artifacts"))
+    shutil.copytree(trained, paths.artifact(hugging_face.LLAMA_FOLDER))
+    assert not paths.artifact("nb12/llama_with_past/model.onnx").exists()
     assert nb12.q1.evaluate(make_loop()).status == CORRECT
     assert paths.artifact("nb12/llama_with_past/model.onnx").is_file()
     assert nb12.q1.evaluate(nb12.q1.reference_answer()).status == CORRECT
