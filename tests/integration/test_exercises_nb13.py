@@ -7,6 +7,7 @@ import re
 import pytest
 
 from labsupport.exercises.nb13 import q4
+from labsupport.topics.lifecycle import pins
 
 
 def _log_and_register(*, signature="both", alias="move", uri="alias", own_store=None):
@@ -27,6 +28,7 @@ def _log_and_register(*, signature="both", alias="move", uri="alias", own_store=
                 name="model",
                 signature=None if outputs is None else infer_signature(rows, outputs),
                 onnx_execution_providers=["CPUExecutionProvider"],
+                pip_requirements=pins(),  # listed, so that MLflow does not infer them in a subprocess (2 s a call)
                 registered_model_name=name,
             )
         version = info.registered_model_version
