@@ -289,24 +289,29 @@ def test_q3_solution_reads_the_real_config(tmp_path):
 
 
 def _payload_maker(*, fix_batch=True, input_name=None, width=None, convert=True, style="Runtime"):
-    """A make_payload like the reference, with one mistake a learner makes switched on."""
-    import subprocess
-    import sys
+    """A make_payload like the reference, with one mistake a learner makes switched on; it calls the functions behind
+    the two command-line tools in this process (the reference runs the commands: test_all_exercises.py)."""
+    import contextlib
+    import io
 
     import onnx
+    from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
+    from onnxruntime.tools.onnx_model_utils import fix_output_shapes, make_input_shape_fixed
 
     def make_payload(onnx_path, output_dir):
-        feed = onnx.load(onnx_path).graph.input[0]
+        model = onnx.load(onnx_path)
+        feed = model.graph.input[0]
         name, features = input_name or feed.name, width or feed.type.tensor_type.shape.dim[1].dim_value
         source = Path(onnx_path)
         if fix_batch:
             source = Path(output_dir) / (Path(onnx_path).stem + "_batch1.onnx")
-            fix = ["-m", "onnxruntime.tools.make_dynamic_shape_fixed", "--input_name", name, "--input_shape", f"1,{features}"]
-            subprocess.run([sys.executable, *fix, str(onnx_path), str(source)], check=True, capture_output=True)
+            make_input_shape_fixed(model.graph, name, [1, features])
+            fix_output_shapes(model)
+            onnx.save(model, source)
         if not convert:
             return source
-        command = ["-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(source), "--output_dir", str(output_dir)]
-        subprocess.run([sys.executable, *command, "--optimization_style", style], check=True, capture_output=True)
+        with contextlib.redirect_stdout(io.StringIO()):
+            convert_onnx_models_to_ort(source, output_dir=Path(output_dir), optimization_styles=[OptimizationStyle[style]])
         return Path(output_dir) / (source.stem + (".with_runtime_opt.ort" if style == "Runtime" else ".ort"))
 
     return make_payload
