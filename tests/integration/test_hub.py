@@ -8,11 +8,13 @@ API. What one learner tries on the other's server or files is answered 403.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pwd
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -61,6 +63,7 @@ class Hub:
     state: Path
     log: Path
     learners: dict[str, Learner]
+    pid: int
 
     def get(self, path: str, learner: Learner, **kwargs) -> httpx.Response:
         return httpx.get(self.base + path, headers=learner.headers, timeout=60, **kwargs)
@@ -111,7 +114,11 @@ def _running_hub(folder: Path, learners: list[str], extra: list[str], environmen
     command += ["--state", str(folder / "state"), "--port", str(port), "--hub-port", str(hub_port), "--proxy-api-port", str(proxy_api_port)]
     log = folder / "hub.log"
     with log.open("wb") as output:  # a file, not a pipe: a chatty hub never blocks on a full pipe
-        process = subprocess.Popen([*command, *extra], stdout=output, stderr=subprocess.STDOUT, env=environment, cwd=folder)
+        # SIGINT ignored, as in a command a shell runs in the background (`make hub &`, nohup, CI)
+        ignoring_sigint = functools.partial(signal.signal, signal.SIGINT, signal.SIG_IGN)
+        process = subprocess.Popen(
+            [*command, *extra], stdout=output, stderr=subprocess.STDOUT, env=environment, cwd=folder, preexec_fn=ignoring_sigint
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300  # the secure mode's first start links the environment (100,000 files) first
@@ -126,7 +133,7 @@ def _running_hub(folder: Path, learners: list[str], extra: list[str], environmen
         passwords = classroom_hub.read_passwords(folder / "state" / "passwords.txt")
         with ThreadPoolExecutor(len(learners)) as pool:  # their servers start side by side, as in a class
             started = dict(zip(learners, pool.map(lambda name: _start_server(base, name, passwords[name]), learners), strict=True))
-        yield Hub(base, folder / "state", log, started)
+        yield Hub(base, folder / "state", log, started, process.pid)
     finally:
         process.terminate()
         process.wait(timeout=60)
@@ -285,6 +292,23 @@ def test_the_docs_sites_hub_link_pulls_the_course_with_nbgitpuller(hub, tmp_path
     pulled = hub.get(f"/user/alice/api/contents/{launch.folder}/notebooks/00_start_here.ipynb", alice)
     assert pulled.status_code == 200 and pulled.json()["content"]["metadata"]["onnx_lab"] == {"copy": "learner"}
     assert opened.url.params["urlpath"] == f"lab/tree/{launch.folder}/notebooks/00_start_here.ipynb"  # where the page goes next
+
+
+def _children(pid: int) -> list[int]:
+    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()]
+
+
+def _ignores_sigint(pid: int) -> bool:
+    ignored = next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigIgn:"))
+    return bool(int(ignored, 16) & (1 << (signal.SIGINT - 1)))
+
+
+def test_what_the_hub_starts_stops_on_sigint_though_the_hub_was_started_ignoring_it(hub):
+    """JupyterHub stops its services and servers with SIGINT and waits 10 s before SIGTERM: a process that inherited
+    SIGINT ignored from a background shell made every stop of the hub take 10 s longer."""
+    started = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() for pid in _children(hub.pid)}
+    assert any("idle_culler" in line for line in started.values()) and any("singleuser" in line for line in started.values()), started
+    assert not [line for pid, line in started.items() if _ignores_sigint(pid)]
 
 
 # --- the secure mode: started as root, one system user per learner (labsupport/maintain/hub_secure.py) ---
