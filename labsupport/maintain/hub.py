@@ -379,8 +379,9 @@ def main(argv: list[str]) -> int:
         f">>> idle servers stop after {options.cull_idle} s; the class's progress: python -m labsupport.maintain.hub progress --state {state}"
     )
     environment = {**os.environ, SETTINGS_VARIABLE: json.dumps(asdict(settings))}
-    # started from a background shell (`&`, nohup, a CI script), this process ignores SIGINT, and so would every process
-    # the hub starts: JupyterHub stops its services and servers with SIGINT, then waits 10 s before SIGTERM
+    # started in the background by a non-interactive shell (`make hub &` in a script, CI), this process ignores SIGINT, and
+    # so would what JupyterHub starts before it installs its own SIGINT handler: its services, such as the idle culler,
+    # which it stops with SIGINT, then SIGTERM after 10 s
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.execve(sys.executable, [sys.executable, "-m", "jupyterhub", "-f", str(CONFIG)], environment)
 

@@ -8,7 +8,6 @@ API. What one learner tries on the other's server or files is answered 403.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import pwd
@@ -114,10 +113,10 @@ def _running_hub(folder: Path, learners: list[str], extra: list[str], environmen
     command += ["--state", str(folder / "state"), "--port", str(port), "--hub-port", str(hub_port), "--proxy-api-port", str(proxy_api_port)]
     log = folder / "hub.log"
     with log.open("wb") as output:  # a file, not a pipe: a chatty hub never blocks on a full pipe
-        # SIGINT ignored, as in a command a shell runs in the background (`make hub &`, nohup, CI)
-        ignoring_sigint = functools.partial(signal.signal, signal.SIGINT, signal.SIG_IGN)
+        # SIGINT ignored, as a non-interactive shell starts a command in the background (`make hub &` in a script, CI)
+        in_the_background = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
         process = subprocess.Popen(
-            [*command, *extra], stdout=output, stderr=subprocess.STDOUT, env=environment, cwd=folder, preexec_fn=ignoring_sigint
+            [*in_the_background, *command, *extra], stdout=output, stderr=subprocess.STDOUT, env=environment, cwd=folder
         )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -303,11 +302,12 @@ def _ignores_sigint(pid: int) -> bool:
     return bool(int(ignored, 16) & (1 << (signal.SIGINT - 1)))
 
 
-def test_what_the_hub_starts_stops_on_sigint_though_the_hub_was_started_ignoring_it(hub):
-    """JupyterHub stops its services and servers with SIGINT and waits 10 s before SIGTERM: a process that inherited
-    SIGINT ignored from a background shell made every stop of the hub take 10 s longer."""
+def test_the_hubs_services_stop_on_sigint_though_the_hub_was_started_ignoring_it(hub):
+    """JupyterHub stops a service with SIGINT and waits 10 s before SIGTERM: an idle culler that inherited SIGINT ignored
+    from a background shell made every stop of the hub take 10 s longer. (The servers start after JupyterHub installs
+    its SIGINT handler, so they never inherited it; they are checked too.)"""
     started = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() for pid in _children(hub.pid)}
-    assert any("idle_culler" in line for line in started.values()) and any("singleuser" in line for line in started.values()), started
+    assert any("idle_culler" in line for line in started.values()), started
     assert not [line for pid, line in started.items() if _ignores_sigint(pid)]
 
 
