@@ -322,8 +322,8 @@ def _payload_maker(*, fix_batch=True, input_name=None, width=None, convert=True,
     [
         ({"fix_batch": False}, "has shape \\['?None'?, 4\\]|has shape \\[None, 4\\]|fix its batch dimension to 1"),
         ({"convert": False}, "not an ORT-format model"),
-        ({"input_name": "X"}, "wine"),
-        ({"width": 4}, "wine"),
+        ({"input_name": "X"}, "make_payload raised \\w+ on the wine model \\(input 'features', 13 features\\)"),
+        ({"width": 4}, "make_payload raised \\w+ on the wine model \\(input 'features', 13 features\\)"),
         ({"style": "Fixed"}, "not a Runtime-style file: an NNAPI app ships the Runtime style"),
     ],
 )
