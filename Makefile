@@ -102,17 +102,19 @@ lab: $(STAMP) js-deps
 # and the notebooks followed by the generic lane; the notebooks' report is printed when both are done
 TEST_ARTIFACTS := build/tests/artifacts
 NOTEBOOKS_LOG  := build/test-notebooks.log
-# tests that wait on installs, an emulated CPU or whole notebooks: they run after the notebooks, in that half,
-# so that the two halves take about as long (make test's --durations in the README); nothing is skipped
+# tests that wait on installs, an emulated CPU or whole notebooks: they run after the notebooks, in that half, so that
+# the two halves take about as long (measured with PYTEST_ARGS=--durations=60); each of the three runs whatever the others give
 NOTEBOOK_HALF_TESTS := $(addprefix tests/integration/,test_openvino_plugin.py test_binder.py test_notebook09_on_binder.py \
   test_scaffold.py)
 
 test: $(STAMP) js-deps ort-headers lint
 	@echo ">>> two halves at once: (1) unit and integration tests (tests/); (2) every notebook with nbval (strict), then $(notdir $(KERNEL_TEST_NOTEBOOKS)) with another CPU's kernels: ONNX Runtime's (ONNX_LAB_KERNELS=reference), PyTorch's, TensorFlow's and NumPy's (lane generic, models retrained), then $(notdir $(NOTEBOOK_HALF_TESTS)); (2) prints at the end"
 	@mkdir -p build && rm -f $(NOTEBOOKS_LOG)
-	@{ $(BIN)/python -m pytest $(PYTEST_ARGS) notebooks && \
-	   ONNX_LAB_KERNELS=reference $(BIN)/python -m labsupport.maintain.lanes generic -- $(BIN)/python -m pytest $(PYTEST_ARGS) $(KERNEL_TEST_NOTEBOOKS) && \
-	   $(BIN)/python -m pytest $(PYTEST_ARGS) $(NOTEBOOK_HALF_TESTS); \
+	@{ failed=0; \
+	   $(BIN)/python -m pytest $(PYTEST_ARGS) notebooks || failed=1; \
+	   ONNX_LAB_KERNELS=reference $(BIN)/python -m labsupport.maintain.lanes generic -- $(BIN)/python -m pytest $(PYTEST_ARGS) $(KERNEL_TEST_NOTEBOOKS) || failed=1; \
+	   $(BIN)/python -m pytest $(PYTEST_ARGS) $(NOTEBOOK_HALF_TESTS) || failed=1; \
+	   exit $$failed; \
 	 } > $(NOTEBOOKS_LOG) 2>&1 & notebooks=$$!; \
 	 ONNX_LAB_ARTIFACTS=$(CURDIR)/$(TEST_ARTIFACTS) $(BIN)/python -m pytest $(PYTEST_ARGS) tests $(addprefix --ignore=,$(NOTEBOOK_HALF_TESTS)); tests=$$?; \
 	 wait $$notebooks; notebooks=$$?; \

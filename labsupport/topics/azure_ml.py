@@ -428,7 +428,7 @@ def conda_venv(build: Path | None = None, conda_file: Path = DEPLOY_DIR / CONDA_
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.is_file():
             shutil.rmtree(folder, ignore_errors=True)
-            # no pip of its own and no .pyc written ahead: this interpreter's pip installs into it (--python): 5 s, not 20
+            # no pip of its own and no .pyc written ahead: this interpreter's pip installs into it (--python): 5-9 s, not 20
             subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
             install = [
                 sys.executable,

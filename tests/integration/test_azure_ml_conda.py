@@ -1,7 +1,7 @@
 """deploy/azureml/score.py in a virtual environment of conda.yml's pip section: only what the deployment's image installs.
 
 The venv is built once under build/ (a folder named after conda.yml's sha256; pip needs PyPI or its cache the first
-time, about 5 s from its cache), then reused. score.py runs there with Azure ML's own inference-server package importable,
+time, under 10 s from its cache), then reused. score.py runs there with Azure ML's own inference-server package importable,
 on the course's CNN and on a registry version whose sha256 init() checks.
 """
 
