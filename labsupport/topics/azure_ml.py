@@ -430,18 +430,8 @@ def conda_venv(build: Path | None = None, conda_file: Path = DEPLOY_DIR / CONDA_
             shutil.rmtree(folder, ignore_errors=True)
             # no pip of its own and no .pyc written ahead: this interpreter's pip installs into it (--python): 5-9 s, not 20
             subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
-            install = [
-                sys.executable,
-                "-m",
-                "pip",
-                "--python",
-                str(python),
-                "install",
-                "--quiet",
-                "--no-compile",
-                "--disable-pip-version-check",
-            ]
-            install += conda_pip_requirements(conda_file)
+            pip = [sys.executable, "-m", "pip", "--python", str(python), "--quiet", "--disable-pip-version-check"]
+            install = [*pip, "install", "--no-compile", *conda_pip_requirements(conda_file)]
             completed = subprocess.run(install, capture_output=True, text=True, timeout=timeout)
             if completed.returncode != 0:
                 raise AzureMLValidationError(f"pip could not install conda.yml's pip section:\n{completed.stderr[-2000:]}")
