@@ -142,6 +142,15 @@ class InProcessClients(contextlib.ExitStack):
         self.callback(client.close)
         return client
 
+    @staticmethod
+    def after_warm_up(client: Any, timeout: float = 30) -> Any:
+        """``client``'s /ready once the warm-up has ended: the lifespan starts it as a task that it does not await."""
+        deadline = time.monotonic() + timeout
+        while "warming up" in (response := client.get("/ready")).json().get("reason", ""):
+            assert time.monotonic() < deadline, f"the warm-up did not end within {timeout} s"
+            time.sleep(0.01)
+        return response
+
 
 @pytest.fixture
 def in_process() -> Iterator[InProcessClients]:

@@ -9,7 +9,6 @@ inputs on every machine, a bounded run time in ``make test``.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,20 +26,10 @@ MAX_DETAIL = 600  # characters: the longest message the service writes, with its
 EXAMPLES = 300
 
 
-def _ready(http):
-    """/ready once the warm-up task has finished (it runs beside the first requests: the lifespan does not wait for it)."""
-    for _ in range(1000):
-        response = http.get("/ready")
-        if "warming up" not in response.json().get("reason", ""):
-            return response
-        time.sleep(0.01)
-    raise AssertionError("the warm-up never finished")
-
-
 @pytest.fixture(scope="module")
 def client(in_process_shared):
     http = in_process_shared(create_app(Settings(model=str(ensure_digits_cnn()), max_body_bytes=65_536, admin_token="secret")))
-    assert _ready(http).status_code == 200  # warmed up: the lifespan's warm-up task finished
+    assert in_process_shared.after_warm_up(http).status_code == 200
     return http
 
 
@@ -62,10 +51,7 @@ def reshape_classifier(path: Path) -> Path:
 def free_sizes_client(tmp_path_factory, in_process_shared):
     model = reshape_classifier(tmp_path_factory.mktemp("free") / "free_sizes.onnx")
     http = in_process_shared(create_app(Settings(model=str(model), max_body_bytes=65_536)))
-    deadline = time.monotonic() + 10
-    while "warming up" in http.get("/ready").json().get("reason", "") and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert _ready(http).status_code == 200  # warm-up's 1x1 guess fails; the service serves anyway
+    assert in_process_shared.after_warm_up(http).status_code == 200  # warm-up's 1x1 guess fails; the service serves anyway
     return http
 
 

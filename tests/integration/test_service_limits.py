@@ -59,11 +59,7 @@ def test_a_failed_warm_up_says_why_in_ready_and_in_the_log(caplog, in_process):
 
     for version in app.state.service.routing.versions.values():
         version.model.run = broken
-    client = in_process(app)
-    deadline = time.monotonic() + 10
-    while "warming up" in client.get("/ready").json().get("reason", "") and time.monotonic() < deadline:
-        time.sleep(0.02)
-    response = client.get("/ready")
+    response = in_process.after_warm_up(in_process(app))
     assert response.status_code == 503 and "warm-up failed: RuntimeError" in response.json()["reason"], response.json()
     assert "the model cannot run" in response.json()["reason"]
     assert any("warm-up of version" in record.getMessage() for record in caplog.records)

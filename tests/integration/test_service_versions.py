@@ -183,12 +183,9 @@ def test_a_switch_away_from_the_start_up_version_releases_its_session_in_a_froze
     freeze_start_up_objects()  # as the serving process does after start-up
     try:
         client = in_process(app)
-        # the lifespan starts the warm-up as a task it does not await: switched before it ends, the start-up model is
-        # still running it (as a load balancer would, switch once /ready says the service is ready)
-        deadline = time.monotonic() + 30
-        while client.get("/ready").status_code != 200:
-            assert time.monotonic() < deadline, client.get("/ready").text
-            time.sleep(0.01)
+        # switched before the warm-up ends, the start-up model would still be running it: switch once ready, as a load
+        # balancer would
+        assert in_process.after_warm_up(client).status_code == 200
         switched = client.put("/admin/routing", json={"versions": {"2": versions["2"]}, "aliases": {"champion": "2"}}, headers=AUTH)
         assert switched.status_code == 200, switched.text
         deadline = time.monotonic() + 10
