@@ -11,7 +11,6 @@ version's own evidence only (``rollback_gate``). The registry itself is ``labsup
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from labsupport.course.compare import compare
 from labsupport.models import contract
 from labsupport.models.contract import onnx_logits
 from labsupport.onnxutil.sessions import open_session
+from labsupport.onnxutil.timing import compare_candidates
 from labsupport.topics.lifecycle import (
     CHALLENGER,
     CHAMPION,
@@ -72,22 +72,13 @@ class GateReport:
         return "\n".join(f"version {self.version} {check.name}: {check.measured}" for check in self.checks)
 
 
-def latency_medians_ms(paths: list[Path], example: np.ndarray, rounds: int = 21, calls: int = 20) -> list[float]:
+def latency_medians_ms(paths: list[Path], example: np.ndarray, repeat: int = 400) -> list[float]:
     """Median CPU time of a single-example run of each model in ms, one intra-op thread each (the run is the calling
-    thread's work, so a busy machine does not inflate it: notebook 05), measured in alternating rounds."""
+    thread's work, so a busy machine does not inflate it: notebook 05), the runs interleaved (``compare_candidates``)."""
     sessions = [open_session(path, threads=1, spinning=False) for path in paths]
-    runs = [lambda s=session: s.run(None, {s.get_inputs()[0].name: example}) for session in sessions]
-    for run in runs * 5:  # warm-up
-        run()
-    samples: list[list[float]] = [[] for _ in runs]
-    for round_number in range(rounds):
-        order = range(len(runs)) if round_number % 2 == 0 else reversed(range(len(runs)))
-        for index in order:
-            start = time.thread_time()
-            for _ in range(calls):
-                runs[index]()
-            samples[index].append((time.thread_time() - start) / calls * 1e3)
-    return [float(np.median(times)) for times in samples]
+    runs = {str(index): lambda s=session: s.run(None, {s.get_inputs()[0].name: example}) for index, session in enumerate(sessions)}
+    table = compare_candidates(runs, baseline="0", warmup=5, repeat=repeat)
+    return [table.get(name).cpu_median_ms for name in runs]
 
 
 def _reference_logits(registry: Registry, tags: dict[str, str]) -> np.ndarray:
